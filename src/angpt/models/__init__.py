@@ -1,0 +1,82 @@
+"""The architectures, their configs and presets, constants, constraints and inference folding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from angpt.models.angpt import ANGPT, calibrate_nu_att
+from angpt.models.base import LanguageModel
+from angpt.models.config import ARCHS, PRESETS, ModelConfig, make_config
+from angpt.models.constants import angpt_constants, describe_constants
+from angpt.models.constraints import apply_constraints, attach_constraints, unwrap
+from angpt.models.folded import FoldedLM, fold_for_inference
+from angpt.models.gpt import GPT
+from angpt.models.layers import KVCache
+from angpt.models.ngpt import NGPT
+
+MODEL_CLASSES: dict[str, type[LanguageModel]] = {"gpt": GPT, "gpt+": GPT, "ngpt": NGPT, "angpt": ANGPT}
+
+
+def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
+    """Build architecture `arch` ("gpt", "gpt+", "ngpt", "angpt") from a preset name or config, plus overrides.
+
+    >>> model = build_model("angpt", "tiny", n_layers=4)
+    """
+    cfg = make_config(arch, config, **overrides)
+    return MODEL_CLASSES[cfg.arch](cfg)
+
+
+@torch.no_grad()
+def inspect_norms(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean L2 norms of each block's intermediate quantities on `input_ids`.
+
+    Keys are "layer{i}.{name}" with name in q, k, v, attn_out (per head: a tensor [H]) and h_A, h_M, h (the
+    residual stream after the block): scalars. anGPT records the quantities the paper normalises (q, k, v are
+    nu_qkv W h, before the exact QK-norm).
+    """
+    base = unwrap(model)
+    out: dict[str, torch.Tensor] = {}
+
+    def make_recorder(layer: int):
+        def recorder(name: str, x: torch.Tensor) -> None:
+            norms = torch.linalg.vector_norm(x.float(), dim=-1)
+            # [B, H, T] -> per head; [B, T] -> scalar
+            out[f"layer{layer}.{name}"] = norms.mean((0, 2)) if norms.ndim == 3 else norms.mean()
+
+        return recorder
+
+    for i, block in enumerate(base.blocks):
+        block.recorder = make_recorder(i)
+    try:
+        base(input_ids)
+    finally:
+        for block in base.blocks:
+            block.recorder = None
+    return out
+
+
+__all__ = [
+    "ANGPT",
+    "ARCHS",
+    "FoldedLM",
+    "GPT",
+    "KVCache",
+    "LanguageModel",
+    "MODEL_CLASSES",
+    "ModelConfig",
+    "NGPT",
+    "PRESETS",
+    "angpt_constants",
+    "apply_constraints",
+    "attach_constraints",
+    "build_model",
+    "calibrate_nu_att",
+    "describe_constants",
+    "fold_for_inference",
+    "inspect_norms",
+    "make_config",
+    "unwrap",
+]

@@ -1,0 +1,142 @@
+"""anGPT: the Approximately Normalized Transformer (Franke et al. 2025, arXiv 2505.22014; SPEC.md section 1).
+
+nGPT with every exact normalisation of a hidden state replaced by a constant `nu` (constants.py), and every
+weight row constrained to ||w|| <= 1 instead of = 1. Constant factors that multiply a linear map's output are
+merged into one multiply where that is exact (the comments give the paper's equation each line computes);
+`fold_for_inference` folds them into the weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from angpt.models.base import Block, Context, LanguageModel
+from angpt.models.config import ModelConfig
+from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
+from angpt.models.layers import Scale, attend, init_unit_rows, merge_heads, split_heads, unit_norm
+from angpt.models.ngpt import _alpha
+
+
+class ANGPTBlock(Block):
+    def __init__(self, cfg: ModelConfig, layer: int, nu: ANGPTConstants) -> None:
+        super().__init__()
+        self.layer = layer
+        d, dff = cfg.d_model, cfg.ffn_dim
+        self.n_heads, self.head_dim, self.d_ff = cfg.n_heads, cfg.head_dim, dff
+        self.scale = cfg.effective_softmax_scale
+        self.nu = nu
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]
+        self.down = nn.Linear(dff, d, bias=False)
+        # Default QK normalisation: exact, with nGPT's learnable s_qk (SPEC.md section 2).
+        self.s_qk = (
+            Scale(d, cfg.s_qk_init, cfg.scale_or_default(cfg.s_qk_scale)) if cfg.qk_norm_mode == "exact" else None
+        )
+        # Gate scale c_z: fixed sqrt(d), or learnable like nGPT's s_uz (starting at the same value).
+        self.c_z = Scale(dff, cfg.s_uz_init, cfg.s_uz_scale) if cfg.gate_scale == "learnable" else None
+        self.alpha_A = _alpha(cfg)
+        self.alpha_M = _alpha(cfg)
+
+    def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
+        nu, dt = self.nu, h.dtype
+        # q, k, v = nu_qkv * W_{q,k,v} h. v's nu_qkv is applied after SDPA (linear in v), merged with nu_att.
+        q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
+        self.record(q=q * nu.nu_qkv, k=k * nu.nu_qkv, v=v * nu.nu_qkv)
+        q, k = ctx.rope(q, ctx.start), ctx.rope(k, ctx.start)
+        if self.s_qk is not None:  # q, k = s_qk * Norm(q), s_qk * Norm(k): nu_qkv cancels in Norm
+            s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim).to(dt)
+            q, k = s_qk * unit_norm(q), s_qk * unit_norm(k)
+        else:
+            q, k = q * nu.nu_qkv, k * nu.nu_qkv
+        # o = nu_att * SDPA(q, k, v); ctx.att_scale holds nu_qkv * nu_att[t]
+        T = q.shape[-2]
+        o = attend(q, k, v, self.scale, ctx.cache, self.layer) * ctx.att_scale[ctx.start : ctx.start + T].to(dt)
+        self.record(attn_out=o)
+        # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h)) = nu(a_A)(1 - a_A) h + nu(a_A) a_A nu_p (W_p o)
+        x = self.proj(merge_heads(o))
+        self.record(h_A=x * nu.nu_p)
+        a = self.alpha_A()
+        n = nu_lerp(a)
+        h = torch.addcmul(h * (n * (1 - a)).to(dt), x, (n * a * nu.nu_p).to(dt))
+        # u = nu_uz W_u h;  z = nu_uz c_z W_z h;  m = nu_act u silu(z);  h_M = nu_d W_d m
+        # The scalars on the u path (nu_uz, nu_act, nu_d) are linear all the way to h_M: merged into one.
+        u, z = self.up(h).split(self.d_ff, dim=-1)
+        c_z = self.c_z().to(dt) * nu.c_z if self.c_z is not None else nu.c_z
+        x = self.down(u * F.silu(z * (nu.nu_uz * c_z)))
+        u_path = nu.nu_uz * nu.nu_act * nu.nu_d
+        self.record(h_M=x * u_path)
+        # h = nu(a_M) (h + a_M (h_M - h))
+        a = self.alpha_M()
+        n = nu_lerp(a)
+        h = torch.addcmul(h * (n * (1 - a)).to(dt), x, (n * a * u_path).to(dt))
+        self.record(h=h)
+        return h
+
+
+class ANGPT(LanguageModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.nu = angpt_constants(config)  # one set of constants, shared by every block
+        self.blocks = nn.ModuleList(ANGPTBlock(config, i, self.nu) for i in range(config.n_layers))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
+        # nu_att is a persistent buffer so that a checkpoint carries the constants it was trained with
+        # (needed for `calibrated`; harmless otherwise).
+        self.register_buffer("nu_att", self.nu.nu_att.clone())
+        self.reset_parameters()
+
+    @property
+    def att_scale(self) -> torch.Tensor:
+        return (self.nu_att * self.nu.nu_qkv).unsqueeze(-1)
+
+    def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
+        # Rows along the input dimension, dim 1 of every [out, in] matrix and of the embedding (SPEC.md).
+        rows = [(self.embed.weight, 1), (self.lm_head.weight, 1)]
+        for b in self.blocks:
+            rows += [(b.qkv.weight, 1), (b.proj.weight, 1), (b.up.weight, 1), (b.down.weight, 1)]
+        return {self.config.effective_weight_constraint: rows}
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for weights in self.constraint_groups().values():
+            for w, dim in weights:
+                init_unit_rows(w, dim)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        # logits = s_z * (W_out h)
+        return self.lm_head(h) * self.s_z().to(h.dtype)
+
+
+@torch.no_grad()
+def calibrate_nu_att(model: ANGPT, batches) -> torch.Tensor:
+    """Measure 1/sqrt(E||o_t||^2) per position on real data and freeze it as nu_att (the `calibrated` choice).
+
+    The mean is over layers, heads and sequences of the un-scaled attention output nu_qkv * SDPA(q, k, v).
+    """
+    T = model.config.context_length
+    total = torch.zeros(T, dtype=torch.float64)
+    count = torch.zeros(T, dtype=torch.float64)
+
+    def recorder(name: str, x: torch.Tensor) -> None:
+        if name == "attn_out":
+            scale = model.nu_att[: x.shape[-2]].to(x.dtype).view(1, 1, -1, 1)
+            sq = (x / scale).double().pow(2).sum(-1).mean((0, 1)).cpu()
+            total[: sq.shape[0]] += sq
+            count[: sq.shape[0]] += 1
+
+    for b in model.blocks:
+        b.recorder = recorder
+    try:
+        for x in batches:
+            model(x)
+    finally:
+        for b in model.blocks:
+            b.recorder = None
+    seen = count > 0
+    nu_att = model.nu_att.clone()
+    nu_att[seen] = (total[seen] / count[seen]).rsqrt().float().to(nu_att.device)
+    model.nu_att.copy_(nu_att)
+    return nu_att

@@ -1,0 +1,97 @@
+"""What every language model here shares: embedding, block loop, KV cache, loss, norm recording."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from angpt.models.config import ModelConfig
+from angpt.models.layers import KVCache, RoPE, cross_entropy
+
+Recorder = Callable[[str, torch.Tensor], None]
+
+
+@dataclass
+class Context:
+    """Per-forward state the blocks share: positions start at `start`; `cache` is the KV cache or None."""
+
+    rope: RoPE
+    start: int
+    cache: KVCache | None
+    att_scale: torch.Tensor | None = None  # anGPT's per-position attention factor, [T_max, 1]
+
+
+class Block(nn.Module):
+    """A Transformer block; `recorder`, when set by `inspect_norms`, receives named intermediate tensors."""
+
+    recorder: Recorder | None = None
+    layer: int = 0
+
+    def record(self, **tensors: torch.Tensor) -> None:
+        if self.recorder is not None:
+            for name, x in tensors.items():
+                self.recorder(name, x)
+
+
+class LanguageModel(nn.Module):
+    """Token embedding -> blocks -> logits. Subclasses build `blocks` and implement `logits(h)`."""
+
+    blocks: nn.ModuleList
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.rope = RoPE(config.head_dim, config.context_length, config.rope_theta)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self, input_ids: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return (logits [B, T, V], mean cross-entropy against `targets` or None)."""
+        T = input_ids.shape[1]
+        start = cache.pos if cache is not None else 0
+        if start + T > self.config.context_length:
+            raise ValueError(
+                f"sequence of {start + T} tokens exceeds the context length {self.config.context_length}"
+            )
+        ctx = Context(self.rope, start, cache, getattr(self, "att_scale", None))
+        h = self.embed(input_ids)
+        for block in self.blocks:
+            h = block(h, ctx)
+        logits = self.logits(h)
+        if cache is not None:
+            cache.pos += T
+        loss = cross_entropy(logits, targets) if targets is not None else None
+        return logits, loss
+
+    def make_cache(self, batch: int, max_len: int | None = None, dtype=None) -> KVCache:
+        """An empty KV cache for `batch` sequences of up to `max_len` tokens."""
+        c = self.config
+        p = next(self.parameters())
+        return KVCache(c.n_layers, batch, c.n_heads, max_len or c.context_length, c.head_dim, p.device,
+                       dtype or p.dtype)
+
+    def num_params(self, embeddings: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n if embeddings else n - self.embed.weight.numel()
+
+    def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
+        """Matrices to constrain after each step: {"unit"|"bounded": [(weight, dim), ...]} (none for GPT)."""
+        return {}
+
+    def matrices(self) -> list[nn.Parameter]:
+        """All weight matrices (embedding and LM head included): the ones that get weight decay in GPT+."""
+        return [p for p in self.parameters() if p.ndim >= 2]
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs per token: 6 N (non-embedding matmuls and head) + 12 L T d for attention (PaLM App. B)."""
+        c = self.config
+        T = seq_len or c.context_length
+        n = self.num_params(embeddings=False)
+        return 6.0 * n + 6.0 * c.n_layers * T * c.d_model

@@ -1,0 +1,194 @@
+"""Typed model configuration and named presets.
+
+One dataclass covers the three architectures (litgpt-style): fields that an architecture does not use are
+ignored by it. Every [open] choice of SPEC.md section 2 is a field with the default SPEC.md names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from angpt.errors import ConfigError
+
+ARCHS = ("gpt", "gpt+", "ngpt", "angpt")
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "arch": ARCHS,
+    "norm": ("rmsnorm", "dyt", "ln_scaling"),
+    "qk_norm_mode": ("exact", "none"),
+    "nu_att": ("dense", "none", "sqrt_pos", "calibrated"),
+    "alpha_shape": ("vector", "scalar"),
+    "gate_scale": ("fixed", "learnable"),
+    "weight_constraint": ("auto", "unit", "bounded", "none"),
+    "activation": ("silu", "gelu"),
+}
+
+
+@dataclass
+class ModelConfig:
+    """Shape and options of one model. Construct through :func:`make_config` or a preset."""
+
+    arch: str = "angpt"
+    vocab_size: int = 50304
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    d_ff: int | None = None  # width of each SwiGLU branch; None -> 4 * d_model (SPEC.md notation)
+    context_length: int = 256
+    rope_theta: float = 10000.0
+    activation: str = "silu"
+
+    # GPT / GPT+ (SPEC.md section 1): pre-norm, QK-norm, init std 0.02.
+    qk_norm: bool = True
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-6
+    dyt_alpha_init: float = 0.5
+    init_std: float = 0.02
+
+    # nGPT / anGPT learnable scales, reparameterised: stored starts at `scale`, effective = stored * init / scale.
+    # A scale of None means 1/sqrt(d_model), the NVIDIA reference default.
+    alpha_init: float = 0.05
+    alpha_scale: float | None = None
+    alpha_shape: str = "vector"
+    s_qk_init: float = 1.0
+    s_qk_scale: float | None = None
+    s_uz_init: float = 1.0
+    s_uz_scale: float = 1.0
+    s_z_init: float = 1.0
+    s_z_scale: float | None = None
+    # Softmax scale: None -> 1/sqrt(d_h) for GPT, sqrt(d_h) for nGPT/anGPT (unit-norm q, k).
+    softmax_scale: float | None = None
+    # Row constraint after each step: auto -> unit for nGPT, bounded (<= 1) for anGPT, none for GPT.
+    weight_constraint: str = "auto"
+
+    # anGPT open choices (SPEC.md section 2).
+    qk_norm_mode: str = "exact"
+    nu_att: str = "dense"
+    gate_scale: str = "fixed"
+    mc_samples: int = 1 << 20
+    mc_seed: int = 0
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ----------------------------------------------------------------------------------------------- derived
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def effective_softmax_scale(self) -> float:
+        if self.softmax_scale is not None:
+            return self.softmax_scale
+        if self.arch in ("gpt", "gpt+"):
+            return 1.0 / math.sqrt(self.head_dim)
+        return math.sqrt(self.head_dim)
+
+    @property
+    def effective_weight_constraint(self) -> str:
+        if self.weight_constraint != "auto":
+            return self.weight_constraint
+        return {"ngpt": "unit", "angpt": "bounded"}.get(self.arch, "none")
+
+    def scale_or_default(self, value: float | None) -> float:
+        """A reparameterisation scale, where None means 1/sqrt(d_model)."""
+        return value if value is not None else 1.0 / math.sqrt(self.d_model)
+
+    # ------------------------------------------------------------------------------------------- validation
+    def validate(self) -> None:
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(
+                    f"model.{name}={value!r} is not a valid choice; use one of: {', '.join(map(str, choices))}"
+                )
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "context_length", "mc_samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name}={value!r} must be a positive integer")
+        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
+            raise ConfigError(f"model.d_ff={self.d_ff!r} must be a positive integer (or null for 4 * d_model)")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
+                f"choose n_heads dividing d_model (e.g. {_divisor_hint(self.d_model, self.n_heads)})"
+            )
+        if self.head_dim % 2:
+            raise ConfigError(
+                f"head dim d_model/n_heads = {self.head_dim} is odd, but RoPE rotates pairs; "
+                "change model.d_model or model.n_heads so that the head dim is even"
+            )
+        positive = ("rope_theta", "norm_eps", "init_std", "s_uz_scale", "dyt_alpha_init")
+        for name in positive + ("alpha_scale", "s_qk_scale", "s_z_scale", "softmax_scale"):
+            value = getattr(self, name)
+            if value is None and name not in positive:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ConfigError(f"model.{name}={value!r} must be a positive number")
+        for name in ("alpha_init", "s_qk_init", "s_uz_init", "s_z_init"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"model.{name}={value!r} must be a finite number")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown model config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+
+def _divisor_hint(d: int, h: int) -> int:
+    divisors = [k for k in range(1, d + 1) if d % k == 0 and (d // k) % 2 == 0]
+    return min(divisors, key=lambda k: abs(k - h)) if divisors else 1
+
+
+# Named presets: shapes only; the architecture is chosen separately.
+PRESETS: dict[str, dict[str, Any]] = {
+    # unit tests: runs in milliseconds
+    "tiny": dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, context_length=64),
+    # ~6M non-embedding parameters: trains on 2 CPU cores in minutes
+    "demo": dict(vocab_size=4096, d_model=256, n_layers=6, n_heads=4, context_length=256),
+    # GPT-2 small shape (~125M with a 50k vocabulary)
+    "gpt2-small": dict(vocab_size=50304, d_model=768, n_layers=12, n_heads=12, context_length=1024),
+    # the paper's sizes (nGPT's 0.5B and 1B shapes: 24x1024x16 and 36x1280x20), GPT-NeoX vocabulary, T = 2048
+    "0.5B": dict(vocab_size=50304, d_model=1024, n_layers=24, n_heads=16, context_length=2048),
+    "1B": dict(vocab_size=50304, d_model=1280, n_layers=36, n_heads=20, context_length=2048),
+}
+
+
+def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
+    """Build a validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
+
+    `arch` "gpt" is GPT+ without QK-norm (SPEC.md section 1).
+    """
+    if arch not in ARCHS:
+        raise ConfigError(f"unknown architecture {arch!r}; use one of: {', '.join(ARCHS)}")
+    if isinstance(preset, ModelConfig):
+        base = preset.to_dict()
+    elif isinstance(preset, dict):
+        base = dict(preset)
+    elif preset in PRESETS:
+        base = dict(PRESETS[preset])
+    else:
+        raise ConfigError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
+    base["arch"] = arch
+    if arch == "gpt":
+        base["qk_norm"] = False
+    base.update(overrides)
+    return ModelConfig.from_dict(base)

@@ -1,0 +1,163 @@
+"""Parts shared by every architecture: RoPE, the attention call with its KV cache, norms, scales, init."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+# ----------------------------------------------------------------------------------------------------- RoPE
+class RoPE(nn.Module):
+    """Rotary position embedding (Su et al. 2021), rotate-half layout as in Qwen3 / Llama."""
+
+    def __init__(self, head_dim: int, max_len: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Rotate `x` of shape [B, H, T, d_h] for positions start .. start+T-1."""
+        T = x.shape[-2]
+        cos = self.cos[start : start + T].to(x.dtype)
+        sin = self.sin[start : start + T].to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+
+# ------------------------------------------------------------------------------------------------ attention
+class KVCache:
+    """Pre-allocated keys and values of every layer, for incremental decoding.
+
+    `pos` is the number of positions already written; a forward with a cache writes the new positions and
+    attends over everything written so far.
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, max_len: int, head_dim: int, device=None,
+                 dtype=torch.float32) -> None:
+        shape = (batch, n_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.max_len = max_len
+        self.pos = 0
+        # Optional key mask [B, max_len] (True = attend), for left-padded batches.
+        self.key_mask: torch.Tensor | None = None
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        T = k.shape[-2]
+        end = self.pos + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} positions; cannot append {T} at {self.pos}")
+        self.k[layer][:, :, self.pos : end] = k.to(self.k[layer].dtype)
+        self.v[layer][:, :, self.pos : end] = v.to(self.v[layer].dtype)
+        return self.k[layer][:, :, :end].to(k.dtype), self.v[layer][:, :, :end].to(v.dtype)
+
+
+def attend(q, k, v, scale: float, cache: KVCache | None, layer: int) -> torch.Tensor:
+    """Causal scaled dot-product attention over [B, H, T, d_h], through the KV cache when given one."""
+    if cache is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    start, T = cache.pos, q.shape[-2]
+    k, v = cache.update(layer, k, v)
+    mask = None
+    if T > 1 or cache.key_mask is not None:
+        # Query t (absolute start + t) sees keys 0 .. start + t; SDPA's is_causal would align top-left instead.
+        qpos = torch.arange(start, start + T, device=q.device)[:, None]
+        mask = torch.arange(start + T, device=q.device)[None, :] <= qpos
+        if cache.key_mask is not None:
+            mask = mask[None, None] & cache.key_mask[:, None, None, : start + T]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[B, T, H*d_h] -> [B, H, T, d_h]."""
+    B, T, _ = x.shape
+    return x.view(B, T, n_heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, d_h] -> [B, T, H*d_h]."""
+    B, H, T, dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * dh)
+
+
+def unit_norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Norm(x) = x / ||x|| (nGPT's exact normalisation)."""
+    return F.normalize(x, dim=dim, eps=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ norms
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang and Sennrich 2019) with a learnable gain, computed in fp32 like Qwen3."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, scale: float = 1.0) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+        self.scale = scale  # LN-scaling (Sun et al. 2025): 1/sqrt(layer index); 1 otherwise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight.to(x.dtype)
+        return y * self.scale if self.scale != 1.0 else y
+
+
+class DyT(nn.Module):
+    """Dynamic tanh (Zhu et al. 2025): gamma * tanh(a * x) + beta, a learnable scalar in place of a norm."""
+
+    def __init__(self, dim: int, alpha_init: float = 0.5) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+
+# ----------------------------------------------------------------------------------------------- scales
+class Scale(nn.Module):
+    """A learnable vector reparameterised as in nGPT: stored starts at `scale`, effective = stored * init/scale.
+
+    Every stored scale then has a magnitude near its `scale`, so Adam's per-coordinate steps (~lr) move the
+    effective value by ~lr * init / scale, alike for all scales (Loshchilov et al. 2024, section 2.6).
+    """
+
+    def __init__(self, shape: int | tuple[int, ...], init: float, scale: float, absolute: bool = False) -> None:
+        super().__init__()
+        self.init, self.scale, self.absolute = float(init), float(scale), absolute
+        self.param = nn.Parameter(torch.full((shape,) if isinstance(shape, int) else shape, self.scale))
+
+    def forward(self) -> torch.Tensor:
+        value = self.param * (self.init / self.scale)
+        return value.abs() if self.absolute else value
+
+    def extra_repr(self) -> str:
+        return f"shape={tuple(self.param.shape)}, init={self.init:g}, scale={self.scale:g}, abs={self.absolute}"
+
+
+# ------------------------------------------------------------------------------------------------- init
+@torch.no_grad()
+def init_unit_rows(weight: torch.Tensor, dim: int = 1) -> None:
+    """Random normal init, then every slice along `dim` scaled to exactly unit norm."""
+    weight.normal_()
+    weight.div_(torch.linalg.vector_norm(weight, dim=dim, keepdim=True))
+
+
+def swiglu_dims(d_ff: int) -> tuple[slice, slice]:
+    """Slices of the fused [u; z] up-projection: u (value branch) first, z (gate) second."""
+    return slice(0, d_ff), slice(d_ff, 2 * d_ff)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """Mean next-token cross-entropy in fp32."""
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+
+
+def inv_sqrt(x: float) -> float:
+    return 1.0 / math.sqrt(x)

@@ -1,0 +1,92 @@
+"""nGPT: the normalized Transformer (Loshchilov et al. 2024, arXiv 2410.01131; SPEC.md section 1).
+
+Hidden states, embeddings and every weight row live on the unit hypersphere; each sub-layer takes a learned step
+`alpha` from h towards its output and the result is projected back with an exact Norm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from angpt.models.base import Block, Context, LanguageModel
+from angpt.models.config import ModelConfig
+from angpt.models.layers import Scale, attend, init_unit_rows, merge_heads, split_heads, unit_norm
+
+
+def _alpha(cfg: ModelConfig) -> Scale:
+    """The eigen learning rate alpha: a vector in R^d (or one scalar), effective value |.|."""
+    shape = cfg.d_model if cfg.alpha_shape == "vector" else 1
+    return Scale(shape, cfg.alpha_init, cfg.scale_or_default(cfg.alpha_scale), absolute=True)
+
+
+class NGPTBlock(Block):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        d, dff = cfg.d_model, cfg.ffn_dim
+        self.n_heads, self.head_dim, self.d_ff = cfg.n_heads, cfg.head_dim, dff
+        self.scale = cfg.effective_softmax_scale  # sqrt(d_h): q, k are unit vectors
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]
+        self.down = nn.Linear(dff, d, bias=False)
+        self.s_qk = Scale(d, cfg.s_qk_init, cfg.scale_or_default(cfg.s_qk_scale))
+        self.s_uz = Scale(2 * dff, cfg.s_uz_init, cfg.s_uz_scale)
+        self.uz_gain = math.sqrt(d)  # s_uz's effective value is s_uz * sqrt(d) (nGPT section 2.5)
+        self.alpha_A = _alpha(cfg)
+        self.alpha_M = _alpha(cfg)
+
+    def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
+        dt = h.dtype
+        q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
+        self.record(q=q, k=k, v=v)
+        # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE
+        s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim).to(dt)
+        q = s_qk * unit_norm(ctx.rope(q, ctx.start))
+        k = s_qk * unit_norm(ctx.rope(k, ctx.start))
+        o = attend(q, k, v, self.scale, ctx.cache, self.layer)
+        self.record(attn_out=o)
+        # h_A = Norm(Attn(h)); h = Norm(h + |a_A| (h_A - h))
+        h_a = unit_norm(self.proj(merge_heads(o)))
+        h = unit_norm(torch.lerp(h, h_a, self.alpha_A().to(dt)))
+        self.record(h_A=h_a)
+        # u, z = s_uz * (W_u h), s_uz * (W_z h); h_M = Norm(W_d (u * silu(z)))
+        uz = self.up(h) * (self.s_uz() * self.uz_gain).to(dt)
+        u, z = uz.split(self.d_ff, dim=-1)
+        h_m = unit_norm(self.down(u * F.silu(z)))
+        self.record(h_M=h_m)
+        # h = Norm(h + |a_M| (h_M - h))
+        h = unit_norm(torch.lerp(h, h_m, self.alpha_M().to(dt)))
+        self.record(h=h)
+        return h
+
+
+class NGPT(LanguageModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.blocks = nn.ModuleList(NGPTBlock(config, i) for i in range(config.n_layers))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
+        self.reset_parameters()
+
+    def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
+        # Every matrix is normalised along its d-sized dimension: the input for embedding, head, W_qkv and
+        # W_uz (dim 1), the output for the attention and MLP output projections (dim 0).
+        along_d = [(self.embed.weight, 1), (self.lm_head.weight, 1)]
+        for b in self.blocks:
+            along_d += [(b.qkv.weight, 1), (b.up.weight, 1), (b.proj.weight, 0), (b.down.weight, 0)]
+        return {self.config.effective_weight_constraint: along_d}
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for weights in self.constraint_groups().values():
+            for w, dim in weights:
+                init_unit_rows(w, dim)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        # logits = s_z * (W_out h); no final norm (h is already unit norm)
+        return self.lm_head(h) * self.s_z().to(h.dtype)

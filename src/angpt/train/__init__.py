@@ -1,0 +1,1 @@
+"""Training: optimizers and schedules, the training loop, checkpoints, distributed wrapping."""
