@@ -41,38 +41,45 @@ class ANGPTBlock(Block):
         self.alpha_M = _alpha(cfg)
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
-        nu, dt = self.nu, h.dtype
+        nu, dt, rec = self.nu, h.dtype, self.recorder is not None
         # q, k, v = nu_qkv * W_{q,k,v} h. v's nu_qkv is applied after SDPA (linear in v), merged with nu_att.
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
-        self.record(q=q * nu.nu_qkv, k=k * nu.nu_qkv, v=v * nu.nu_qkv)
+        if rec:
+            self.record(q=q * nu.nu_qkv, k=k * nu.nu_qkv, v=v * nu.nu_qkv)
         q, k = ctx.rope(q, ctx.start), ctx.rope(k, ctx.start)
-        if self.s_qk is not None:  # q, k = s_qk * Norm(q), s_qk * Norm(k): nu_qkv cancels in Norm
-            s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim).to(dt)
-            q, k = s_qk * unit_norm(q), s_qk * unit_norm(k)
+        if self.s_qk is not None:
+            # q, k = s_qk * Norm(q), s_qk * Norm(k) (nu_qkv cancels in Norm). Only the product enters the
+            # logits, (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale go onto q alone.
+            s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
+            q, k, scale = unit_norm(q) * (s_qk * s_qk * self.scale).to(dt), unit_norm(k), 1.0
         else:
-            q, k = q * nu.nu_qkv, k * nu.nu_qkv
+            scale = self.scale * nu.nu_qkv**2  # (nu q).(nu k) = nu^2 q.k
         # o = nu_att * SDPA(q, k, v); ctx.att_scale holds nu_qkv * nu_att[t]
         T = q.shape[-2]
-        o = attend(q, k, v, self.scale, ctx.cache, self.layer) * ctx.att_scale[ctx.start : ctx.start + T].to(dt)
-        self.record(attn_out=o)
-        # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h)) = nu(a_A)(1 - a_A) h + nu(a_A) a_A nu_p (W_p o)
-        x = self.proj(merge_heads(o))
-        self.record(h_A=x * nu.nu_p)
+        o = attend(q, k, v, scale, ctx.cache, self.layer) * ctx.att_scale[ctx.start : ctx.start + T].to(dt)
+        # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h)) = nu(a_A)(1 - a_A) h + [nu(a_A) a_A nu_p] (W_p o).
+        # The bracket scales W_p's output rows: applied to the [d, d] weight, not the [B, T, d] activation.
         a = self.alpha_A()
         n = nu_lerp(a)
-        h = torch.addcmul(h * (n * (1 - a)).to(dt), x, (n * a * nu.nu_p).to(dt))
+        x = F.linear(merge_heads(o), self.proj.weight * (n * a * nu.nu_p).unsqueeze(-1).to(self.proj.weight.dtype))
+        if rec:
+            self.record(attn_out=o, h_A=x / (n * a).to(dt))
+        h = torch.addcmul(x, h, (n * (1 - a)).to(dt))
         # u = nu_uz W_u h;  z = nu_uz c_z W_z h;  m = nu_act u silu(z);  h_M = nu_d W_d m
-        # The scalars on the u path (nu_uz, nu_act, nu_d) are linear all the way to h_M: merged into one.
-        u, z = self.up(h).split(self.d_ff, dim=-1)
-        c_z = self.c_z().to(dt) * nu.c_z if self.c_z is not None else nu.c_z
-        x = self.down(u * F.silu(z * (nu.nu_uz * c_z)))
-        u_path = nu.nu_uz * nu.nu_act * nu.nu_d
-        self.record(h_M=x * u_path)
-        # h = nu(a_M) (h + a_M (h_M - h))
+        # Applied to the weights' rows: [nu_uz nu_act; nu_uz c_z] on W_uz, nu(a_M) a_M nu_d on W_d.
+        w = self.up.weight
+        c_z = self.c_z() * nu.c_z if self.c_z is not None else w.new_full((self.d_ff,), nu.c_z)
+        up_rows = torch.cat([w.new_full((self.d_ff,), nu.nu_uz * nu.nu_act), nu.nu_uz * c_z])
+        u, z = F.linear(h, w * up_rows.unsqueeze(-1).to(w.dtype)).split(self.d_ff, -1)
         a = self.alpha_M()
         n = nu_lerp(a)
-        h = torch.addcmul(h * (n * (1 - a)).to(dt), x, (n * a * u_path).to(dt))
-        self.record(h=h)
+        x = F.linear(u * F.silu(z), self.down.weight * (n * a * nu.nu_d).unsqueeze(-1).to(self.down.weight.dtype))
+        if rec:
+            self.record(h_M=x / (n * a).to(dt))
+        # h = nu(a_M) (h + a_M (h_M - h))
+        h = torch.addcmul(x, h, (n * (1 - a)).to(dt))
+        if rec:
+            self.record(h=h)
         return h
 
 
@@ -106,8 +113,8 @@ class ANGPT(LanguageModel):
                 init_unit_rows(w, dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        # logits = s_z * (W_out h)
-        return self.lm_head(h) * self.s_z().to(h.dtype)
+        # logits = s_z * (W_out h), with s_z applied to W_out's [V, d] rows rather than the [B, T, V] logits
+        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))
 
 
 @torch.no_grad()

@@ -57,9 +57,7 @@ class LanguageModel(nn.Module):
         T = input_ids.shape[1]
         start = cache.pos if cache is not None else 0
         if start + T > self.config.context_length:
-            raise ValueError(
-                f"sequence of {start + T} tokens exceeds the context length {self.config.context_length}"
-            )
+            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.config.context_length}")
         ctx = Context(self.rope, start, cache, getattr(self, "att_scale", None))
         h = self.embed(input_ids)
         for block in self.blocks:
@@ -74,8 +72,9 @@ class LanguageModel(nn.Module):
         """An empty KV cache for `batch` sequences of up to `max_len` tokens."""
         c = self.config
         p = next(self.parameters())
-        return KVCache(c.n_layers, batch, c.n_heads, max_len or c.context_length, c.head_dim, p.device,
-                       dtype or p.dtype)
+        return KVCache(
+            c.n_layers, batch, c.n_heads, max_len or c.context_length, c.head_dim, p.device, dtype or p.dtype
+        )
 
     def num_params(self, embeddings: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())

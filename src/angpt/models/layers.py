@@ -39,8 +39,9 @@ class KVCache:
     attends over everything written so far.
     """
 
-    def __init__(self, n_layers: int, batch: int, n_heads: int, max_len: int, head_dim: int, device=None,
-                 dtype=torch.float32) -> None:
+    def __init__(
+        self, n_layers: int, batch: int, n_heads: int, max_len: int, head_dim: int, device=None, dtype=torch.float32
+    ) -> None:
         shape = (batch, n_heads, max_len, head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
@@ -87,9 +88,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, T, H * dh)
 
 
-def unit_norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Norm(x) = x / ||x|| (nGPT's exact normalisation)."""
-    return F.normalize(x, dim=dim, eps=1e-12)
+def unit_norm(x: torch.Tensor) -> torch.Tensor:
+    """Norm(x) = x / ||x|| over the last dim (nGPT's exact normalisation); sum in fp32 for low-precision x."""
+    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True).clamp_min(1e-24)).to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ norms

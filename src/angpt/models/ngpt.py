@@ -44,22 +44,23 @@ class NGPTBlock(Block):
         dt = h.dtype
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
         self.record(q=q, k=k, v=v)
-        # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE
-        s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim).to(dt)
-        q = s_qk * unit_norm(ctx.rope(q, ctx.start))
-        k = s_qk * unit_norm(ctx.rope(k, ctx.start))
-        o = attend(q, k, v, self.scale, ctx.cache, self.layer)
+        # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE. Only the product enters the logits,
+        # (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale sqrt(d_h) go onto q alone.
+        s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
+        q = unit_norm(ctx.rope(q, ctx.start)) * (s_qk * s_qk * self.scale).to(dt)
+        k = unit_norm(ctx.rope(k, ctx.start))
+        o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         self.record(attn_out=o)
         # h_A = Norm(Attn(h)); h = Norm(h + |a_A| (h_A - h))
         h_a = unit_norm(self.proj(merge_heads(o)))
         h = unit_norm(torch.lerp(h, h_a, self.alpha_A().to(dt)))
         self.record(h_A=h_a)
-        # u, z = s_uz * (W_u h), s_uz * (W_z h); h_M = Norm(W_d (u * silu(z)))
-        uz = self.up(h) * (self.s_uz() * self.uz_gain).to(dt)
-        u, z = uz.split(self.d_ff, dim=-1)
+        # u, z = s_uz * (W_u h), s_uz * (W_z h), s_uz applied to the rows of W_uz (cheaper than to u, z)
+        s_uz = (self.s_uz() * self.uz_gain).unsqueeze(-1).to(self.up.weight.dtype)
+        u, z = F.linear(h, self.up.weight * s_uz).split(self.d_ff, dim=-1)
+        # h_M = Norm(W_d (u * silu(z)));  h = Norm(h + |a_M| (h_M - h))
         h_m = unit_norm(self.down(u * F.silu(z)))
         self.record(h_M=h_m)
-        # h = Norm(h + |a_M| (h_M - h))
         h = unit_norm(torch.lerp(h, h_m, self.alpha_M().to(dt)))
         self.record(h=h)
         return h
@@ -88,5 +89,5 @@ class NGPT(LanguageModel):
                 init_unit_rows(w, dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        # logits = s_z * (W_out h); no final norm (h is already unit norm)
-        return self.lm_head(h) * self.s_z().to(h.dtype)
+        # logits = s_z * (W_out h), s_z on W_out's rows; no final norm (h is already unit norm)
+        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))

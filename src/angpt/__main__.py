@@ -1,0 +1,5 @@
+import sys
+
+from angpt.cli import main
+
+sys.exit(main())

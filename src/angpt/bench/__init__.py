@@ -1,0 +1,1 @@
+"""Benchmarks behind `angpt bench`: side-by-side timings in one process, reported as ratios."""

@@ -1,0 +1,288 @@
+"""Property tests of the three architectures (SPEC.md section 1)."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import angpt
+from angpt.models import angpt as angpt_module
+from angpt.models.constraints import apply_constraints
+from angpt.models.layers import RoPE
+
+ALL_ARCHS = ["gpt", "gpt+", "ngpt", "angpt"]
+WIDE = dict(d_model=256, n_heads=4, n_layers=4, vocab_size=512, context_length=128)
+
+
+def random_tokens(vocab=512, batch=4, length=128, seed=0):
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def train_steps(model, steps=5, lr=0.05, vocab=256, length=32):
+    opt, sched = angpt.make_optimizer(model, lr=lr, max_steps=steps, warmup_steps=0)
+    for i in range(steps):
+        x = random_tokens(vocab, 4, length, seed=i)
+        _, loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    return opt
+
+
+# ---------------------------------------------------------------------------------------------- anGPT norms
+def angpt_norm_violations(model, x, tol=0.15):
+    norms = angpt.inspect_norms(model, x)
+    expected = {f"layer{i}.{n}" for i in range(4) for n in ("q", "k", "v", "attn_out", "h_A", "h_M", "h")}
+    assert expected <= set(norms)
+    return {k: v.tolist() for k, v in norms.items() if ((v - 1).abs() > tol).any()}
+
+
+def test_angpt_init_norms_near_one():
+    model = angpt.build_model("angpt", "tiny", **WIDE)
+    assert angpt_norm_violations(model, random_tokens()) == {}
+
+
+@pytest.mark.parametrize("name", ["nu_qkv", "nu_p", "nu_uz", "c_z", "nu_act", "nu_d", "nu_att", "nu_lerp"])
+def test_removing_any_constant_breaks_init_norms(name, monkeypatch):
+    model = angpt.build_model("angpt", "tiny", **WIDE)
+    if name == "nu_att":
+        model.nu_att.fill_(1.0)
+    elif name == "nu_lerp":
+        monkeypatch.setattr(angpt_module, "nu_lerp", lambda a: torch.ones_like(a))
+    else:
+        nu = dataclasses.replace(model.nu, **{name: 1.0})
+        model.nu = nu
+        for block in model.blocks:
+            block.nu = nu
+    assert angpt_norm_violations(model, random_tokens()) != {}
+
+
+def test_angpt_constants_from_config():
+    cfg = angpt.make_config("angpt", "tiny", d_model=512, n_heads=8, context_length=256)
+    nu = angpt.models.angpt_constants(cfg)
+    assert nu.nu_qkv == pytest.approx(math.sqrt(8)) and nu.nu_p == pytest.approx(1 / math.sqrt(8))
+    assert nu.nu_uz == pytest.approx(0.5) and nu.nu_d == pytest.approx(2.0) and nu.c_z == pytest.approx(math.sqrt(512))
+    assert nu.nu_act == pytest.approx(3.74, abs=0.05)  # the paper's Monte Carlo value for SiLU
+    assert nu.nu_att[0] == pytest.approx(1.0) and torch.all(nu.nu_att[1:] > nu.nu_att[:-1])
+    # dense attention over t random keys: E||o_t||^2 ~ e / t for unit-variance logits, so nu_att ~ sqrt(t / e)
+    assert nu.nu_att[-1].item() == pytest.approx(math.sqrt(256 / math.e), rel=0.15)
+    # computed once per config, reproducibly
+    assert torch.equal(nu.nu_att, angpt.models.angpt_constants(cfg).nu_att)
+
+
+# ----------------------------------------------------------------------------------------------- constraints
+def ngpt_weights(model):
+    return model.constraint_groups()["unit"]
+
+
+def test_ngpt_rows_unit_after_steps_and_hidden_unit():
+    model = angpt.build_model("ngpt", "tiny")
+    train_steps(model, steps=5, lr=0.05)
+    for w, dim in ngpt_weights(model):
+        n = torch.linalg.vector_norm(w, dim=dim)
+        assert torch.allclose(n, torch.ones_like(n), atol=1e-5)
+    # the d-sized dims: embedding/head/qkv/up along dim 1, proj/down along dim 0
+    dims = {w.shape[dim] for w, dim in ngpt_weights(model)}
+    assert dims == {model.config.d_model}
+    norms = angpt.inspect_norms(model, random_tokens(256, 2, 32))
+    for key in ("h_A", "h_M", "h"):
+        for i in range(model.config.n_layers):
+            assert norms[f"layer{i}.{key}"].item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_angpt_rows_start_at_one_and_stay_bounded():
+    model = angpt.build_model("angpt", "tiny")
+    groups = model.constraint_groups()["bounded"]
+    for w, dim in groups:
+        assert dim == 1
+        assert torch.allclose(torch.linalg.vector_norm(w, dim=1), torch.ones(w.shape[0]), atol=1e-6)
+    before = [w.detach().clone() for w, _ in groups]
+    train_steps(model, steps=5, lr=0.05)
+    for (w, _), b in zip(groups, before):
+        assert not torch.equal(w, b)  # the step moved the weights
+        assert torch.linalg.vector_norm(w, dim=1).max().item() <= 1 + 1e-6
+
+
+def test_bounded_constraint_only_shrinks_and_runs_in_fp32():
+    w_big = torch.randn(8, 16) * 3
+    w_small = torch.nn.functional.normalize(torch.randn(8, 16), dim=1) * 0.5
+    w_half = (torch.randn(8, 16) * 3).bfloat16()
+    apply_constraints({"bounded": [(w_big, 1), (w_small, 1), (w_half, 1)]})
+    assert torch.allclose(w_big.norm(dim=1), torch.ones(8), atol=1e-6)
+    assert torch.allclose(w_small.norm(dim=1), torch.full((8,), 0.5), atol=1e-6)  # inside the ball: unchanged
+    assert w_half.dtype == torch.bfloat16 and w_half.float().norm(dim=1).max() <= 1 + 1e-2
+
+
+def test_gpt_has_no_constraint_hook():
+    model = angpt.build_model("gpt+", "tiny")
+    opt = torch.optim.AdamW(model.parameters())
+    assert angpt.attach_constraints(model, opt) is None
+
+
+# -------------------------------------------------------------------------------------------------- folding
+@pytest.mark.parametrize(
+    "arch,overrides",
+    [
+        ("gpt+", {}),
+        ("gpt", {}),
+        ("ngpt", {}),
+        ("angpt", {}),
+        ("angpt", {"qk_norm_mode": "none", "gate_scale": "learnable", "alpha_shape": "scalar"}),
+        ("angpt", {"nu_att": "sqrt_pos"}),
+    ],
+)
+def test_folded_logits_equal_unfolded(arch, overrides):
+    model = angpt.build_model(arch, "tiny", **overrides)
+    train_steps(model, steps=3, lr=0.01)  # move the scales away from their init values
+    x = random_tokens(256, 2, 48)
+    model.eval()
+    with torch.no_grad():
+        ref, _ = model(x)
+        folded = angpt.fold_for_inference(model)
+        out, _ = folded(x)
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
+    if arch in ("ngpt", "angpt"):  # nothing left to fold: no reparameterised scales in the folded model
+        names = {n for n, _ in folded.named_parameters()}
+        assert not any("s_z" in n or "alpha" in n or "s_qk" in n for n in names)
+
+
+# ------------------------------------------------------------------------------------- causality and RoPE
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_causal(arch):
+    model = angpt.build_model(arch, "tiny").eval()
+    x = random_tokens(256, 2, 40)
+    y = x.clone()
+    y[:, 25:] = (y[:, 25:] + 7) % 256
+    with torch.no_grad():
+        a, _ = model(x)
+        b, _ = model(y)
+    assert torch.allclose(a[:, :25], b[:, :25], atol=1e-6)
+    assert not torch.allclose(a[:, 25:], b[:, 25:], atol=1e-3)
+
+
+def test_rope_depends_only_on_relative_position():
+    rope = RoPE(32, 128)
+    q, k = torch.randn(1, 1, 1, 32), torch.randn(1, 1, 1, 32)
+
+    def score(i, j):
+        return (rope(q, i) * rope(k, j)).sum().item()
+
+    assert score(3, 1) == pytest.approx(score(50, 48), abs=1e-4)
+    assert score(10, 10) == pytest.approx((q * k).sum().item(), abs=1e-4)
+    assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
+    # a rotation: norms are preserved
+    assert rope(q, 17).norm().item() == pytest.approx(q.norm().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_kv_cache_matches_full_forward(arch):
+    model = angpt.build_model(arch, "tiny").eval()
+    x = random_tokens(256, 2, 30)
+    with torch.no_grad():
+        full, _ = model(x)
+        cache = model.make_cache(2)
+        first, _ = model(x[:, :17], cache=cache)
+        steps = [model(x[:, t : t + 1], cache=cache)[0] for t in range(17, 30)]
+    inc = torch.cat([first] + steps, dim=1)
+    assert torch.allclose(inc, full, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ reparameterised scales
+@pytest.mark.parametrize("arch", ["ngpt", "angpt"])
+def test_scales_start_at_init_and_move_at_lr_times_init_over_scale(arch):
+    cfg = dict(alpha_init=0.05, s_z_init=1.0)
+    model = angpt.build_model(arch, "tiny", **cfg)
+    block = model.blocks[0]
+    d = model.config.d_model
+    assert torch.allclose(block.alpha_A(), torch.full((d,), 0.05))
+    assert torch.allclose(block.s_qk(), torch.ones(d))
+    assert torch.allclose(model.s_z(), torch.ones(model.config.vocab_size))
+    # stored values have magnitude ~ scale (1/sqrt(d)), so Adam's first step (|update| = lr) moves the effective
+    # value by lr * init / scale
+    lr = 1e-3
+    opt, _ = angpt.make_optimizer(model, lr=lr, max_steps=10, constraints=False)
+    before_a, before_z = block.alpha_A().detach().clone(), model.s_z().detach().clone()
+    x = random_tokens(256, 2, 32)
+    model(x[:, :-1], x[:, 1:])[1].backward()
+    opt.step()
+    step_a = (block.alpha_A() - before_a).abs()
+    step_z = (model.s_z() - before_z).abs()
+    moved_a, moved_z = step_a[step_a > 0], step_z[step_z > 0]
+    assert moved_a.numel() > 0 and moved_z.numel() > 0
+    assert torch.allclose(moved_a, torch.full_like(moved_a, lr * 0.05 * math.sqrt(d)), rtol=1e-2)
+    assert torch.allclose(moved_z, torch.full_like(moved_z, lr * 1.0 * math.sqrt(d)), rtol=1e-2)
+
+
+# -------------------------------------------------------------------------------------------- optimizers
+def test_optimizers_follow_spec():
+    gpt = angpt.build_model("gpt+", "tiny")
+    opt, sched = angpt.make_optimizer(gpt, lr=1e-3, max_steps=100)
+    assert isinstance(opt, torch.optim.AdamW)
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert decayed == {id(p) for p in gpt.parameters() if p.ndim == 2}
+    assert opt.param_groups[0]["lr"] < 1e-3  # warm-up
+    an = angpt.build_model("angpt", "tiny")
+    opt, sched = angpt.make_optimizer(an, lr=1e-3, max_steps=100)
+    assert type(opt) is torch.optim.Adam and all(g["weight_decay"] == 0 for g in opt.param_groups)
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)  # no warm-up
+    for _ in range(100):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4)  # cosine to 10% of the peak
+
+
+def test_calibrated_nu_att_is_measured_and_saved():
+    model = angpt.build_model("angpt", "tiny", nu_att="calibrated")
+    before = model.nu_att.clone()
+    new = angpt_module.calibrate_nu_att(model, [random_tokens(256, 4, 64, seed=s) for s in range(2)])
+    assert not torch.allclose(new, before)
+    assert torch.equal(model.state_dict()["nu_att"], new)
+    norms = angpt.inspect_norms(model, random_tokens(256, 4, 64, seed=0))
+    mean_out = torch.stack([norms[f"layer{i}.attn_out"].mean() for i in range(2)]).mean()
+    assert mean_out.item() == pytest.approx(1.0, abs=0.05)
+
+
+# ------------------------------------------------------------------------------------------- bad configs
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        (dict(d_model=100, n_heads=3), "n_heads"),
+        (dict(d_model=96, n_heads=32), "RoPE"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(vocab_size=-5), "vocab_size"),
+        (dict(d_ff=0), "d_ff"),
+        (dict(norm="layernorm"), "norm"),
+        (dict(nu_att="sparse"), "nu_att"),
+        (dict(softmax_scale=-1.0), "softmax_scale"),
+        (dict(not_a_field=1), "not_a_field"),
+    ],
+)
+def test_bad_configs_raise_value_error_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        angpt.build_model("angpt", "tiny", **overrides)
+
+
+def test_unknown_arch_and_preset():
+    with pytest.raises(ValueError, match="architecture"):
+        angpt.build_model("transformer-xl", "tiny")
+    with pytest.raises(ValueError, match="preset"):
+        angpt.build_model("angpt", "huge")
+
+
+def test_presets_sizes():
+    sizes = {name: angpt.build_model("gpt+", name).num_params() for name in ("tiny", "demo")}
+    assert 5e6 <= sizes["demo"] <= 10e6
+    meta = {n: angpt.make_config("gpt+", n) for n in ("gpt2-small", "0.5B", "1B")}
+    assert (meta["0.5B"].n_layers, meta["0.5B"].d_model, meta["0.5B"].n_heads) == (24, 1024, 16)
+    assert (meta["1B"].n_layers, meta["1B"].d_model, meta["1B"].n_heads) == (36, 1280, 20)
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+
+    code = "import angpt, sys; print(sorted(m for m in ('transformers','datasets','matplotlib') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
