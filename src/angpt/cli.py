@@ -46,6 +46,48 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------------------------- prepare
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from angpt.data import prepare_dataset
+
+    meta = prepare_dataset(
+        args.source,
+        args.tokenizer,
+        args.out,
+        val_fraction=args.val_fraction,
+        max_tokens=args.max_tokens,
+        text_field=args.text_field,
+        workers=args.workers,
+        progress=not args.quiet,
+    )
+    splits = meta.get("splits", {})
+    summary = ", ".join(f"{k}: {v.get('tokens', 0):,} tokens" for k, v in splits.items())
+    print(f"{args.out}: {meta.get('tokenizer', {}).get('spec', args.tokenizer)} vocab {meta['vocab_size']}; {summary}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- train
+def cmd_train(args: argparse.Namespace) -> int:
+    from angpt.train.config import load_run_config, parse_overrides
+    from angpt.train.loop import train
+
+    overrides = []
+    for key in ("arch", "preset", "data", "out", "dist", "resume"):
+        value = getattr(args, key)
+        if value is not None:
+            overrides.append((key, value))
+    overrides += parse_overrides(args.extra)
+    cfg = load_run_config(args.config, overrides)
+    result = train(cfg)
+    msg = f"{result.status} at step {result.step}: "
+    if result.val_loss is not None:
+        msg += f"val_loss {result.val_loss:.4f}"
+        if result.val_bpb is not None:
+            msg += f" ({result.val_bpb:.3f} bits/byte)"
+    print(f"{msg}; checkpoint {result.checkpoint}; metrics {result.out / 'metrics.jsonl'}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
     import platform
@@ -86,6 +128,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", default=None)
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder")
+    s.add_argument("--source", default="stdlib", help="stdlib | PATH (.txt/.jsonl/.parquet file or folder) | hf:NAME")
+    s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH")
+    s.add_argument("--out", required=True)
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--val-fraction", type=float, default=0.005)
+    s.add_argument("--text-field", default="text")
+    s.add_argument("--workers", type=int, default=None)
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_prepare)
+
+    s = sub.add_parser(
+        "train",
+        help="train a model (also under torchrun)",
+        description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512",
+    )
+    s.add_argument("--config", default=None, help="YAML recipe (see configs/)")
+    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt")
+    s.add_argument("--preset", default=None)
+    s.add_argument("--data", default=None)
+    s.add_argument("--out", default=None)
+    s.add_argument("--dist", default=None, choices=["ddp", "fsdp"])
+    s.add_argument("--resume", default=None, help="auto | PATH")
+    s.set_defaults(func=cmd_train, accepts_extra=True)
 
     s = sub.add_parser("bench", help="side-by-side benchmarks (step: training step and folded inference)")
     s.add_argument("what", choices=["step"])

@@ -1,0 +1,46 @@
+# Two entry points: `make demo` (the main job) and `make test`. Both create .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DATA   ?= data/stdlib-bpe4096
+OUT    ?= runs/demo
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install demo test lint format bench constraints clean
+
+install: $(STAMP)
+
+# torch goes in first and alone: pip resolving torch itself would pull a CUDA build of several GB.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA)
+	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out $(OUT)/angpt --resume auto
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/pytest -q
+
+lint format: $(STAMP)
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/angpt bench step --arch gpt+,ngpt,angpt --preset demo
+
+constraints: $(STAMP)
+	{ echo "# Pinned versions for reproducible installs (pip install -c constraints.txt ...)."; \
+	  echo "# Regenerate with: make constraints"; \
+	  $(BIN)/pip freeze | grep -v '^-e \|^angpt' | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/'; } > constraints.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

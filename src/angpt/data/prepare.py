@@ -1,0 +1,353 @@
+"""Turn a text source into a prepared dataset folder of token shards (see :mod:`angpt.data.format`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from angpt.data.format import (
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    META_NAME,
+    SPLITS,
+    ShardWriter,
+    dtype_for_vocab,
+    load_meta,
+    open_shard,
+    save_meta,
+    write_shard,
+)
+from angpt.data.sources import Source, StdlibSource, open_source
+from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
+from angpt.errors import DataError
+
+DEFAULT_SHARD_TOKENS = 100_000_000
+DEFAULT_TOKENIZER_TRAIN_BYTES = 50_000_000
+_CHUNK_BYTES = 4 << 20  # text per encode_batch call: large enough to keep all cores busy, small in memory
+_CHUNK_DOCS = 4096
+
+
+def split_value(text: str | bytes, seed: int = 0) -> float:
+    """A document's position in [0, 1), from a keyed blake2b hash of its UTF-8 text.
+
+    Documents with ``split_value < val_fraction`` go to the val split: the choice depends only on the text and
+    the seed, so it is stable across runs, machines and source order, and duplicates share a split.
+    """
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    digest = hashlib.blake2b(raw, digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+def prepare_dataset(
+    source: str | os.PathLike,
+    tokenizer: str | Tokenizer,
+    out_dir: str | os.PathLike,
+    *,
+    val_fraction: float = 0.005,
+    max_tokens: int | None = None,
+    text_field: str = "text",
+    workers: int | None = None,
+    progress: bool = True,
+    seed: int = 0,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES,
+) -> dict:
+    """Tokenize ``source`` into train/val token shards in ``out_dir`` and return the dataset's meta dict.
+
+    Args:
+        source: ``"stdlib"``, a local file/folder, or ``"hf:..."`` (see :mod:`angpt.data.sources`).
+        tokenizer: ``"bytes"``, ``"bpe:N"``, ``"hf:NAME_OR_PATH"`` (see :mod:`angpt.data.tokenizer`) or a
+            :class:`Tokenizer`. ``bpe:N`` is trained on the first ``tokenizer_train_bytes`` of train-split text.
+        out_dir: the dataset folder: new, empty, or already holding this same dataset.
+        val_fraction: share of documents (by hash of their text) put in the val split; if none lands there and
+            there are at least two documents, the train document with the smallest hash is moved to val.
+        max_tokens: stop after this many tokens in total (the last document is cut to fit).
+        text_field: the field/column holding the text in ``.jsonl``, ``.parquet`` and ``hf:`` sources.
+        workers: ``1`` tokenizes serially; ``None`` or more uses the ``tokenizers`` thread pool (sized by
+            ``RAYON_NUM_THREADS``, all cores by default).
+        progress: show a tqdm bar.
+        seed: keys the split hash, so a different seed draws a different val set.
+        shard_tokens: tokens per shard file.
+        tokenizer_train_bytes: cap on the text used to fit ``bpe:N`` (also capped at ``8 * max_tokens``).
+
+    Returns the meta (also saved as ``meta.json``): options, tokenizer spec/hash/vocab_size/eos_id, dtype and
+    per split the shard list with token counts, documents, UTF-8 ``bytes`` and ``tokens`` (EOS included), so
+    ``bits_per_byte = loss_nats_per_token / ln(2) / bytes_per_token``.
+
+    Re-running with the same arguments on a finished folder returns its meta without doing any work. The
+    dataset is built in a hidden temporary folder beside ``out_dir`` and renamed into place when complete,
+    so ``out_dir`` is never left half-written.
+    """
+    spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
+    parse_tokenizer_spec(spec)
+    _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
+    src = open_source(source, text_field)
+    options = {
+        "source": src.name,
+        "tokenizer": spec,
+        "val_fraction": float(val_fraction),
+        "max_tokens": max_tokens,
+        "text_field": text_field,
+        "seed": int(seed),
+        "shard_tokens": int(shard_tokens),
+        "tokenizer_train_bytes": int(tokenizer_train_bytes),
+    }
+    out_dir = Path(out_dir).expanduser().absolute()
+    existing = _existing_dataset(out_dir, options)
+    if existing is not None:
+        return existing
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        with _parallelism(workers):
+            meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1)
+        save_meta(tmp, meta)  # meta.json last: its presence marks a complete dataset
+        if out_dir.exists():
+            out_dir.rmdir()  # checked empty above; rename cannot replace it portably
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers) -> None:
+    if not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0:
+        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction!r}; e.g. 0.005")
+    for name, value, low in (("max_tokens", max_tokens, 1), ("workers", workers, 1)):
+        if value is not None and (not isinstance(value, int) or value < low):
+            raise DataError(f"{name} must be a positive integer or None, got {value!r}")
+    for name, value in (("shard_tokens", shard_tokens), ("tokenizer_train_bytes", train_bytes)):
+        if not isinstance(value, int) or value < 1:
+            raise DataError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _existing_dataset(out_dir: Path, options: dict) -> dict | None:
+    """The meta of a finished identical dataset in ``out_dir``; None if the folder is free; else DataError."""
+    if (out_dir / META_NAME).is_file():
+        meta = load_meta(out_dir)
+        old = meta.get("options", {})
+        diff = [k for k in options if old.get(k) != options[k]]
+        if diff:
+            what = ", ".join(f"{k}={old.get(k)!r} (now {options[k]!r})" for k in diff)
+            raise DataError(f"{out_dir} already holds a dataset prepared with {what}; use another out_dir or delete it")
+        itemsize = dtype_for_vocab(meta["vocab_size"]).itemsize
+        for split in meta["splits"].values():
+            for shard in split["shards"]:
+                path = out_dir / shard["file"]
+                if not path.is_file() or path.stat().st_size != HEADER_SIZE + shard["tokens"] * itemsize:
+                    raise DataError(f"{path} is missing or has the wrong size; delete {out_dir} and prepare again")
+        return meta
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DataError(f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder")
+    return None
+
+
+@contextmanager
+def _parallelism(workers: int | None):
+    """With ``workers == 1`` switch off the tokenizers thread pool for the duration (restoring the env)."""
+    if workers != 1:
+        yield
+        return
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old
+
+
+def _chunks(docs: Iterable[str]) -> Iterator[list[str]]:
+    batch, size = [], 0
+    for doc in docs:
+        batch.append(doc)
+        size += len(doc)
+        if size >= _CHUNK_BYTES or len(batch) >= _CHUNK_DOCS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _train_texts(src: Source, options: dict) -> Iterator[list[str]]:
+    """Batches of train-split documents for fitting BPE, up to the byte cap, in source order."""
+    cap = options["tokenizer_train_bytes"]
+    if options["max_tokens"]:
+        cap = min(cap, 8 * options["max_tokens"])  # no tokenizer packs more than ~8 bytes/token on average
+    used = 0
+    for chunk in _chunks(src):
+        batch = []
+        for doc in chunk:
+            raw = doc.encode("utf-8")
+            if split_value(raw, options["seed"]) >= options["val_fraction"]:
+                batch.append(doc)
+                used += len(raw)
+                if used >= cap:
+                    break
+        yield batch
+        if used >= cap:
+            return
+
+
+def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, parallel: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    start = time.time()
+    kind, arg = parse_tokenizer_spec(options["tokenizer"])
+    if isinstance(tokenizer, Tokenizer):
+        tok = tokenizer
+    elif kind == "bpe":
+        tok = train_bpe(_train_texts(src, options), arg, progress=progress)
+    else:
+        tok = make_tokenizer(options["tokenizer"])
+    tok.save(out)
+
+    kw = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer_hash": tok.hash}
+    writers = {s: ShardWriter(out, s, shard_tokens=options["shard_tokens"], **kw) for s in SPLITS}
+    stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
+    eos = np.array([tok.eos_id], dtype=np.int64)
+    max_tokens, val_fraction, seed = options["max_tokens"], options["val_fraction"], options["seed"]
+    total = 0
+    best = None  # (hash value, start, length, bytes) of the train doc nearest to val, for the fallback below
+    bar = tqdm(total=max_tokens, unit="tok", unit_scale=True, desc="tokenizing", disable=not progress)
+    try:
+        for chunk in _chunks(src):
+            parts = {s: [] for s in SPLITS}
+            offset = writers["train"].tokens
+            for text, ids in zip(chunk, tok.encode_batch(chunk, parallel=parallel)):
+                raw = text.encode("utf-8")
+                u = split_value(raw, seed)
+                split = "val" if u < val_fraction else "train"
+                ids = np.concatenate([ids, eos])
+                nbytes = len(raw)
+                if max_tokens is not None and total + ids.size > max_tokens:
+                    ids = ids[: max_tokens - total]  # cut the last document so the cap holds exactly
+                    nbytes = ids.size if tok.kind == "bytes" else len(tok.decode(ids).encode("utf-8"))
+                if split == "train":
+                    if best is None or u < best[0]:
+                        best = (u, offset, ids.size, nbytes)
+                    offset += ids.size
+                parts[split].append(ids)
+                stats[split]["documents"] += 1
+                stats[split]["bytes"] += nbytes
+                total += ids.size
+                if max_tokens is not None and total >= max_tokens:
+                    break
+            for s in SPLITS:
+                if parts[s]:
+                    writers[s].write(np.concatenate(parts[s]))
+            bar.update(sum(p.size for s in SPLITS for p in parts[s]))
+            if max_tokens is not None and total >= max_tokens:
+                break
+        writers["train"].close()
+        if val_fraction > 0 and stats["val"]["documents"] == 0 and stats["train"]["documents"] >= 2:
+            _move_to_val(out, writers, best, kw)
+            for key, value in (("documents", 1), ("bytes", best[3])):
+                stats["train"][key] -= value
+                stats["val"][key] += value
+        writers["val"].close()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    finally:
+        bar.close()
+    if stats["train"]["documents"] == 0:
+        raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
+    capped = max_tokens is not None and total >= max_tokens
+    return _meta(src, tok, options, writers, stats, capped, time.time() - start)
+
+
+def _move_to_val(out: Path, writers: dict, best: tuple, kw: dict) -> None:
+    """Cut the train span ``best`` out of the (closed) train shards and append it to the val writer."""
+    _, start, length, _ = best
+    pieces, base = [], 0
+    for shard in writers["train"].shards:
+        n = shard["tokens"]
+        lo, hi = max(start, base), min(start + length, base + n)
+        if lo < hi:
+            path = out / shard["file"]
+            data = np.array(open_shard(path))
+            pieces.append(data[lo - base : hi - base])
+            keep = np.concatenate([data[: lo - base], data[hi - base :]])
+            write_shard(path, keep, **kw)
+            shard["tokens"] = int(keep.size)
+        base += n
+    writers["train"].tokens -= length
+    writers["val"].write(np.concatenate(pieces))
+
+
+def _angpt_version() -> str:
+    import angpt
+
+    version = getattr(angpt, "__version__", None)
+    if version:
+        return str(version)
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("angpt")
+    except Exception:  # not installed (running from a source tree)
+        return "unknown"
+
+
+def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, seconds: float) -> dict:
+    splits = {}
+    for s in SPLITS:
+        tokens = writers[s].tokens
+        splits[s] = {
+            "shards": writers[s].shards,
+            "documents": stats[s]["documents"],
+            "tokens": tokens,
+            "bytes": stats[s]["bytes"],
+            "bytes_per_token": stats[s]["bytes"] / tokens if tokens else 0.0,
+        }
+    detail = {}
+    if isinstance(src, StdlibSource):
+        detail = {"stdlib": sysconfig.get_paths()["stdlib"], "python": sys.version.split()[0]}
+    return {
+        "format": "angpt-tokens",
+        "format_version": FORMAT_VERSION,
+        "angpt_version": _angpt_version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(seconds, 3),
+        "options": options,
+        "source": src.name,
+        "source_detail": detail,
+        "tokenizer": {
+            "spec": tok.spec,
+            "kind": tok.kind,
+            "hash": tok.hash,
+            "vocab_size": tok.vocab_size,
+            "eos_id": tok.eos_id,
+            "eos_token": tok.eos_token,
+        },
+        "tokenizer_hash": tok.hash,
+        "vocab_size": tok.vocab_size,
+        "eos_id": tok.eos_id,
+        "dtype": dtype_for_vocab(tok.vocab_size).name,
+        "val_fraction": options["val_fraction"],
+        "seed": options["seed"],
+        "max_tokens": options["max_tokens"],
+        "capped": capped,  # max_tokens was reached (the source may hold more)
+        "documents": sum(v["documents"] for v in splits.values()),
+        "tokens": sum(v["tokens"] for v in splits.values()),
+        "bytes": sum(v["bytes"] for v in splits.values()),
+        "splits": splits,
+    }

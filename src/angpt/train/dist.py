@@ -1,0 +1,128 @@
+"""Data parallelism applied from outside the model (torchtitan style): DDP or FSDP2 `fully_shard` per block."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
+    if requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: str = "auto") -> DistInfo:
+    """Read torchrun's environment; start the process group when WORLD_SIZE > 1 (NCCL on GPU, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = pick_device(device, local)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return DistInfo(rank, world, local, dev)
+
+
+def parallelize(model: nn.Module, info: DistInfo, mode: str = "ddp") -> nn.Module:
+    """Wrap `model` for data parallelism. The model itself never knows about ranks."""
+    if not info.enabled:
+        return model
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [info.device.index] if info.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    raise ValueError(f"unknown dist mode {mode!r}")
+
+
+@contextmanager
+def no_grad_sync(model: nn.Module, active: bool):
+    """Skip the gradient all-reduce on accumulation micro-steps (all but the last)."""
+    if not active:
+        yield
+    elif hasattr(model, "no_sync"):  # DDP
+        with model.no_sync():
+            yield
+    elif hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def all_reduce_mean(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.enabled:
+        x = x.clone()
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        x /= info.world_size
+    return x
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The complete, unprefixed model state dict on CPU (gathers FSDP shards; call on every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from angpt.models.constraints import unwrap
+
+    base = unwrap(model)
+    if dist.is_initialized():
+        return get_model_state_dict(base, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in base.state_dict().items()}
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer state keyed by parameter name (gathered under FSDP; call on every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    from angpt.models.constraints import unwrap
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=dist.is_initialized())
+    return get_optimizer_state_dict(unwrap(model), optimizer, options=opts)
+
+
+def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None, model_sd: dict, optim_sd: dict | None):
+    """Load full (unsharded) model and optimizer states into a possibly sharded model, on every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    from angpt.models.constraints import unwrap
+
+    base = unwrap(model)
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+    set_model_state_dict(base, model_sd, options=opts)
+    if optimizer is not None and optim_sd is not None:
+        set_optimizer_state_dict(base, optimizer, optim_sd, options=opts)
