@@ -79,6 +79,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides += parse_overrides(args.extra)
     cfg = load_run_config(args.config, overrides)
     result = train(cfg)
+    if int(__import__("os").environ.get("RANK", "0")) != 0:
+        return 0
     msg = f"{result.status} at step {result.step}: "
     if result.val_loss is not None:
         msg += f"val_loss {result.val_loss:.4f}"

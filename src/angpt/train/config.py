@@ -21,6 +21,7 @@ DEFAULT_LR = {"gpt": 2e-3, "gpt+": 2e-3, "ngpt": 8e-3, "angpt": 8e-3}
 @dataclass
 class TrainConfig:
     max_steps: int = 200
+    stop_at: int | None = None  # save and exit after this step, as if interrupted (time-limited jobs; tests)
     batch_tokens: int = 16384  # global batch in tokens: split into ranks x micro-batches x accumulation
     micro_batch: int = 16  # sequences per rank per forward
     seq_len: int | None = None  # None -> the model's context length

@@ -116,13 +116,30 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
 
 
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer | None, model_sd: dict, optim_sd: dict | None):
-    """Load full (unsharded) model and optimizer states into a possibly sharded model, on every rank."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+    """Load full (unsharded) model and name-keyed optimizer states into a possibly sharded model, on every rank.
 
+    In a single process the plain `load_state_dict` path is used: it restores the run bitwise, while the
+    distributed helpers may lay the optimizer state out differently in memory, which moves results by an ulp.
+    """
     from angpt.models.constraints import unwrap
 
     base = unwrap(model)
+    if not dist.is_initialized():
+        base.load_state_dict(model_sd)
+        if optimizer is not None and optim_sd is not None:
+            optimizer.load_state_dict(_name_to_index(base, optim_sd))
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
     set_model_state_dict(base, model_sd, options=opts)
     if optimizer is not None and optim_sd is not None:
         set_optimizer_state_dict(base, optimizer, optim_sd, options=opts)
+
+
+def _name_to_index(model: nn.Module, sd: dict) -> dict:
+    """A parameter-name-keyed optimizer state (the saved form) in the index-keyed form of `load_state_dict`."""
+    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    state = {index[k]: v for k, v in sd["state"].items()}
+    groups = [{**g, "params": [index[k] for k in g["params"]]} for g in sd["param_groups"]]
+    return {"state": state, "param_groups": groups}

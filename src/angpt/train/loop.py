@@ -336,17 +336,14 @@ def train(cfg: RunConfig) -> TrainResult:
             if pbar is not None:
                 pbar.update(1)
                 pbar.set_postfix_str(_postfix(row, mfu))
-            stop = signals.received is not None
+            stop = signals.received is not None or (tc.stop_at is not None and step >= tc.stop_at and not last)
             if stop or last or (tc.save_every and step % tc.save_every == 0):
                 last_ckpt = save(step, {k: v for k, v in row.items() if not k.startswith("health/")}) or last_ckpt
             if stop:
                 status = "interrupted"
                 if info.is_main:
-                    name = signal.Signals(signals.received).name
-                    print(
-                        f"\n{name} received: saved {last_ckpt} at step {step}; resume with --resume auto",
-                        file=sys.stderr,
-                    )
+                    why = f"{signal.Signals(signals.received).name} received" if signals.received else "train.stop_at"
+                    print(f"\n{why}: saved {last_ckpt} at step {step}; resume with --resume auto", file=sys.stderr)
                 break
     if pbar is not None:
         pbar.close()

@@ -1,0 +1,270 @@
+"""The training pipeline: recipes, exact resume, signals, NaN stops, bad input, DDP and FSDP2 on CPU."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from angpt.cli import main
+from angpt.data import prepare_dataset
+from angpt.train.config import load_run_config
+from angpt.train.loop import TrainingError, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--preset",
+    "tiny",
+    "--train.batch_tokens",
+    "512",
+    "--train.micro_batch",
+    "4",
+    "--train.eval_every",
+    "0",
+    "--train.log_every",
+    "1",
+    "--train.progress",
+    "false",
+    "--train.tensorboard",
+    "false",
+]
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    docs = root / "docs"
+    docs.mkdir()
+    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex jumbo plums".split()
+    for i in range(60):
+        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(400))
+        (docs / f"doc{i:03d}.txt").write_text(text + "\n")
+    out = root / "bytes"
+    prepare_dataset(docs, "bytes", out, val_fraction=0.1, progress=False)
+    return out
+
+
+def run_cli(*args: str) -> int:
+    return main(["train", *map(str, args)])
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    last = sorted((out / "checkpoints").glob("step_*"))[-1]
+    return load_file(str(last / "model.safetensors"))
+
+
+def test_every_shipped_recipe_loads():
+    recipes = sorted((ROOT / "configs").glob("*.yaml"))
+    assert len(recipes) >= 4
+    for path in recipes:
+        cfg = load_run_config(path)
+        assert cfg.arch in ("gpt", "gpt+", "ngpt", "angpt") and cfg.train.max_steps > 0
+    assert {load_run_config(p).arch for p in recipes} >= {"gpt+", "ngpt", "angpt"}
+
+
+@pytest.mark.parametrize("arch", ["angpt", "gpt+"])
+def test_resumed_run_equals_uninterrupted_run(arch, data_dir, tmp_path):
+    common = ["--arch", arch, "--data", data_dir, *TINY, "--train.max_steps", "6", "--train.deterministic", "true"]
+    assert run_cli(*common, "--out", tmp_path / "straight", "--train.save_every", "0") == 0
+    assert run_cli(*common, "--out", tmp_path / "split", "--train.save_every", "0", "--train.stop_at", "3") == 0
+    assert len(metrics(tmp_path / "split")) == 3
+    assert run_cli(*common, "--out", tmp_path / "split", "--train.save_every", "0", "--resume", "auto") == 0
+    a, b = metrics(tmp_path / "straight"), metrics(tmp_path / "split")
+    assert [r["step"] for r in b] == list(range(1, 7))
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_run_directory_keeps_provenance_and_outputs(data_dir, tmp_path):
+    out = tmp_path / "run"
+    assert (
+        run_cli(
+            "--arch",
+            "ngpt",
+            "--data",
+            data_dir,
+            *TINY,
+            "--train.max_steps",
+            "4",
+            "--out",
+            out,
+            "--train.eval_every",
+            "2",
+            "--train.eval_batches",
+            "2",
+        )
+        == 0
+    )
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["torch_version"] == torch.__version__ and prov["seed"] == 0 and "device" in prov
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["run"]["arch"] == "ngpt" and cfg["model"]["vocab_size"] >= 257
+    rows = metrics(out)
+    evals = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    assert all(r["val_bpb"] > 0 for r in evals)
+    assert "health/alpha_A/0" in evals[0] and "health/max_logit" in evals[0]
+    ck = sorted((out / "checkpoints").glob("step_*"))[-1]
+    assert {p.name for p in ck.iterdir()} >= {"model.safetensors", "trainer.pt", "state.json", "tokenizer.json"}
+    assert not any(k.startswith(("_orig_mod", "module.")) for k in load_file(str(ck / "model.safetensors")))
+    assert (out / "loss_curve.png").stat().st_size > 1000
+
+
+def test_nan_loss_stops_with_step_and_last_checkpoint(data_dir, tmp_path, monkeypatch):
+    from angpt.models import gpt
+
+    calls = {"n": 0}
+    original = gpt.GPT.logits
+
+    def poisoned(self, h):
+        calls["n"] += 1
+        out = original(self, h)
+        return out * float("nan") if calls["n"] > 6 else out  # 2 micro-batches per step: NaN from step 4
+
+    monkeypatch.setattr(gpt.GPT, "logits", poisoned)
+    cfg = load_run_config(
+        None,
+        [
+            ("arch", "gpt+"),
+            ("data", str(data_dir)),
+            ("out", str(tmp_path / "r")),
+            ("preset", "tiny"),
+            ("train.batch_tokens", 512),
+            ("train.micro_batch", 4),
+            ("train.max_steps", 10),
+            ("train.save_every", 2),
+            ("train.eval_every", 0),
+            ("train.progress", False),
+        ],
+    )
+    with pytest.raises(TrainingError, match=r"step 4.*step_000002"):
+        train(cfg)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--train.bogus", "1"], "unknown config key"),
+        (["--model.bogus", "1"], "unknown model key"),
+        (["--train.batch_tokens", "500"], "multiple of"),
+        (["--resume", "/nonexistent/ckpt"], "does not exist"),
+        (["--model.vocab_size", "128"], "larger than model.vocab_size"),
+        (["--arch", "bert"], "unknown architecture"),
+    ],
+)
+def test_bad_input_is_one_line_error(extra, message, data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = run_cli("--arch", "angpt", "--data", data_dir, *TINY, "--train.max_steps", "2", "--out", out, *extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+    assert not (out / "checkpoints").exists()
+
+
+def test_corrupt_or_missing_data_is_one_line_error(data_dir, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir, bad)
+    shard = sorted(bad.glob("train_*.bin"))[0]
+    shard.write_bytes(shard.read_bytes()[:-10])  # truncated
+    assert run_cli("--arch", "gpt+", "--data", bad, *TINY, "--out", tmp_path / "o1") == 2
+    assert run_cli("--arch", "gpt+", "--data", tmp_path / "none", *TINY, "--out", tmp_path / "o2") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and shard.name in err[0] and "meta.json" in err[1]
+
+
+def test_existing_run_is_not_overwritten(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--arch", "gpt+", "--data", data_dir, *TINY, "--train.max_steps", "2", "--out", out]
+    assert run_cli(*args, "--train.save_every", "0") == 0
+    shutil.rmtree(out / "checkpoints")
+    before = (out / "metrics.jsonl").read_text()
+    assert run_cli(*args) == 2
+    assert "--resume auto" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def test_sigterm_saves_checkpoint_and_exits_cleanly(data_dir, tmp_path):
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "angpt",
+        "train",
+        "--arch",
+        "angpt",
+        "--data",
+        str(data_dir),
+        *TINY,
+        "--train.max_steps",
+        "100000",
+        "--train.save_every",
+        "0",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "SIGTERM" in err and "resume" in err
+    ckpts = sorted((out / "checkpoints").glob("step_*"))
+    assert len(ckpts) == 1 and not list((out / "checkpoints").glob(".tmp*"))
+    state = json.loads((ckpts[0] / "state.json").read_text())
+    assert state["step"] == metrics(out)[-1]["step"] >= 1
+
+
+def torchrun(nproc: int, *args) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "angpt",
+        "train",
+        *map(str, args),
+    ]
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "angpt", "train", *map(str, args)]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_ranks_match_one_process_and_resume(mode, data_dir, tmp_path):
+    common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.micro_batch", "2", "--dist", mode]
+    one = torchrun(1, *common, "--train.max_steps", "4", "--out", tmp_path / "one")
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = torchrun(2, *common, "--train.max_steps", "4", "--train.stop_at", "2", "--out", tmp_path / "two")
+    assert two.returncode == 0, two.stderr[-2000:]
+    two = torchrun(2, *common, "--train.max_steps", "4", "--resume", "auto", "--out", tmp_path / "two")
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(a, b):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4, abs=1e-4)
+    wa, wb = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-4), k
