@@ -85,10 +85,12 @@ def bench_step(
         with autocast_context(dev, dtype):
             fn(x[:, :-1])
 
+    # Training steps first, then inference, each interleaved across architectures: a training step between two
+    # inference forwards would evict their caches and blur the inference comparison.
     times = {arch: ([], []) for arch in archs}
-    for rep in range(warmup + reps):
-        for run in runs:
-            for kind, step in ((0, train_step), (1, infer_step)):
+    for kind, step in ((0, train_step), (1, infer_step)):
+        for rep in range(warmup + reps):
+            for run in runs:
                 _sync(dev)
                 t0 = time.perf_counter()
                 step(run)
