@@ -283,8 +283,11 @@ def train(cfg: RunConfig) -> TrainResult:
         while step < tc.max_steps:
             t0 = time.perf_counter()
             loss_sum = torch.zeros((), device=info.device)
+            data_time = 0.0
             for micro in range(accum):
+                td = time.perf_counter()
                 x, y = loader.next_batch()
+                data_time += time.perf_counter() - td
                 x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
                 with no_grad_sync(model, info.enabled and micro < accum - 1), autocast(info.device, dtype):
                     _, loss = train_fn(x, y)
@@ -319,6 +322,7 @@ def train(cfg: RunConfig) -> TrainResult:
                 "grad_norm": float(grad_norm),
                 "tokens_per_sec": tok_s,
                 "step_time": dt,
+                "data_time": data_time,
             }
             if mfu is not None:
                 row["mfu"] = mfu
