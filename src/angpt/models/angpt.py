@@ -46,7 +46,7 @@ class ANGPTBlock(Block):
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
         if rec:
             self.record(q=q * nu.nu_qkv, k=k * nu.nu_qkv, v=v * nu.nu_qkv)
-        q, k = ctx.rope(q, ctx.start), ctx.rope(k, ctx.start)
+        q, k = ctx.rotate(q), ctx.rotate(k)
         if self.s_qk is not None:
             # q, k = s_qk * Norm(q), s_qk * Norm(k) (nu_qkv cancels in Norm). Only the product enters the
             # logits, (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale go onto q alone.
@@ -56,7 +56,7 @@ class ANGPTBlock(Block):
             scale = self.scale * nu.nu_qkv**2  # (nu q).(nu k) = nu^2 q.k
         # o = nu_att * SDPA(q, k, v); ctx.att_scale holds nu_qkv * nu_att[t]
         T = q.shape[-2]
-        o = attend(q, k, v, scale, ctx.cache, self.layer) * ctx.att_scale[ctx.start : ctx.start + T].to(dt)
+        o = attend(q, k, v, scale, ctx.cache, self.layer) * ctx.att_factor(T).to(dt)
         # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h)) = nu(a_A)(1 - a_A) h + [nu(a_A) a_A nu_p] (W_p o).
         # The bracket scales W_p's output rows: applied to the [d, d] weight, not the [B, T, d] activation.
         a = self.alpha_A()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from angpt.models.config import ModelConfig
-from angpt.models.layers import KVCache, RoPE, cross_entropy
+from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions
 
 Recorder = Callable[[str, torch.Tensor], None]
 
@@ -22,6 +22,17 @@ class Context:
     start: int
     cache: KVCache | None
     att_scale: torch.Tensor | None = None  # anGPT's per-position attention factor, [T_max, 1]
+    offsets: torch.Tensor | None = None  # [B] left padding per row (from the cache): positions shift back by it
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """RoPE at this forward's positions."""
+        return self.rope(x, self.start, self.offsets)
+
+    def att_factor(self, T: int) -> torch.Tensor:
+        """att_scale at this forward's T positions: [T, 1], or [B, 1, T, 1] for a left-padded batch."""
+        if self.offsets is None:
+            return self.att_scale[self.start : self.start + T]
+        return self.att_scale[row_positions(self.offsets, self.start, T)][:, None]
 
 
 class Block(nn.Module):
@@ -50,21 +61,27 @@ class LanguageModel(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def hidden(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Final hidden states [B, T, d] (before the LM head); advances the cache by T."""
+        T = input_ids.shape[1]
+        start = cache.pos if cache is not None else 0
+        offsets = cache.offsets if cache is not None else None
+        end = start + T - (int(offsets.min()) if offsets is not None else 0)  # the longest row's real length
+        if end > self.config.context_length:
+            raise ValueError(f"sequence of {end} tokens exceeds the context length {self.config.context_length}")
+        ctx = Context(self.rope, start, cache, getattr(self, "att_scale", None), offsets)
+        h = self.embed(input_ids)
+        for block in self.blocks:
+            h = block(h, ctx)
+        if cache is not None:
+            cache.pos += T
+        return h
+
     def forward(
         self, input_ids: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return (logits [B, T, V], mean cross-entropy against `targets` or None)."""
-        T = input_ids.shape[1]
-        start = cache.pos if cache is not None else 0
-        if start + T > self.config.context_length:
-            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.config.context_length}")
-        ctx = Context(self.rope, start, cache, getattr(self, "att_scale", None))
-        h = self.embed(input_ids)
-        for block in self.blocks:
-            h = block(h, ctx)
-        logits = self.logits(h)
-        if cache is not None:
-            cache.pos += T
+        logits = self.logits(self.hidden(input_ids, cache))
         loss = cross_entropy(logits, targets) if targets is not None else None
         return logits, loss
 

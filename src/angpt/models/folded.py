@@ -50,12 +50,12 @@ class FoldedBlock(Block):
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
-        q, k = ctx.rope(q, ctx.start), ctx.rope(k, ctx.start)
+        q, k = ctx.rotate(q), ctx.rotate(k)
         if self.q_gain is not None:
             q, k = self.q_gain.to(h.dtype) * unit_norm(q), unit_norm(k)
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         if ctx.att_scale is not None:
-            o = o * ctx.att_scale[ctx.start : ctx.start + q.shape[-2]].to(h.dtype)
+            o = o * ctx.att_factor(q.shape[-2]).to(h.dtype)
         h = self._update(h, self.proj(merge_heads(o)), self.res_A, self.branch_A)
         u, z = self.up(h).split(self.d_ff, dim=-1)
         return self._update(h, self.down(u * F.silu(z)), self.res_M, self.branch_M)

@@ -46,7 +46,7 @@ class GPTBlock(Block):
         if self.q_norm is not None:  # QK-norm: per-head RMSNorm before RoPE, as in Qwen3 / OLMo-2
             q, k = self.q_norm(q), self.k_norm(k)
         self.record(q=q, k=k, v=v)
-        q, k = ctx.rope(q, ctx.start), ctx.rope(k, ctx.start)
+        q, k = ctx.rotate(q), ctx.rotate(k)
         o = attend(q, k, v, self.scale, ctx.cache, self.layer)
         self.record(attn_out=o)
         h_a = self.proj(merge_heads(o))

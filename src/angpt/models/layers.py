@@ -21,14 +21,24 @@ class RoPE(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Rotate `x` of shape [B, H, T, d_h] for positions start .. start+T-1."""
+    def forward(self, x: torch.Tensor, start: int = 0, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """Rotate `x` of shape [B, H, T, d_h] for positions start .. start+T-1, row b shifted back by offsets[b]."""
         T = x.shape[-2]
-        cos = self.cos[start : start + T].to(x.dtype)
-        sin = self.sin[start : start + T].to(x.dtype)
+        if offsets is None:
+            cos, sin = self.cos[start : start + T], self.sin[start : start + T]
+        else:  # left-padded rows: [B, 1, T, d_h] tables at each row's own positions
+            pos = row_positions(offsets, start, T)
+            cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
+
+
+def row_positions(offsets: torch.Tensor, start: int, T: int) -> torch.Tensor:
+    """[B, T] positions start + t - offsets[b] of a left-padded batch; padding (negative) clamps to 0, unattended."""
+    pos = torch.arange(start, start + T, device=offsets.device)[None] - offsets[:, None]
+    return pos.clamp_min(0)
 
 
 # ------------------------------------------------------------------------------------------------ attention
@@ -49,6 +59,8 @@ class KVCache:
         self.pos = 0
         # Optional key mask [B, max_len] (True = attend), for left-padded batches.
         self.key_mask: torch.Tensor | None = None
+        # Optional left padding [B] of each row: its positions (RoPE, anGPT's nu_att[t]) start after the padding.
+        self.offsets: torch.Tensor | None = None
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T = k.shape[-2]

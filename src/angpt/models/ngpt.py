@@ -47,8 +47,8 @@ class NGPTBlock(Block):
         # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE. Only the product enters the logits,
         # (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale sqrt(d_h) go onto q alone.
         s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
-        q = unit_norm(ctx.rope(q, ctx.start)) * (s_qk * s_qk * self.scale).to(dt)
-        k = unit_norm(ctx.rope(k, ctx.start))
+        q = unit_norm(ctx.rotate(q)) * (s_qk * s_qk * self.scale).to(dt)
+        k = unit_norm(ctx.rotate(k))
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         self.record(attn_out=o)
         # h_A = Norm(Attn(h)); h = Norm(h + |a_A| (h_A - h))

@@ -1,0 +1,168 @@
+"""The `angpt compare` verb: flags -> :func:`angpt.compare.make_plan` -> :func:`angpt.compare.run_comparison`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from angpt.errors import UserError
+
+DESCRIPTION = """\
+Train every arm at every token budget and seed (each budget a full run with its own cosine schedule), after a
+per-arm learning-rate sweep at the smallest budget, and write report.md, report.json and plots into --out.
+Re-running the same command skips finished runs and resumes interrupted ones. See docs/compare.md.
+
+arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, dyt, ln_scaling, ngpt_bounded; any arm takes overrides,
+  e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them in the shell).
+token counts: 4096, 512K, 1M, 2G (powers of 1000) or 64Ki, 1Mi (powers of 1024).
+"""
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(t) for t in _csv(text)]
+    except ValueError:
+        raise UserError(f"{what} {text!r} must be comma-separated numbers") from None
+
+
+def _per_arm(text: str, what: str) -> dict[str, str]:
+    """``ARM=VALUE,ARM=VALUE`` where ARM may itself hold ``[k=v,...]``: split on top-level commas, last '='."""
+    from angpt.compare.plan import split_arms
+
+    out = {}
+    for item in split_arms(text):
+        label, sep, value = item.rpartition("=")
+        if not sep or not label or not value or (label.count("[") != label.count("]")):
+            raise UserError(f"{what} item {item!r} must look like ARM=VALUE")
+        out[label.strip()] = value.strip()
+    return out
+
+
+def _lr_table(text: str | None) -> dict[str, float]:
+    out = {}
+    for label, value in _per_arm(text or "", "--lr").items():
+        try:
+            out[label] = float(value)
+        except ValueError:
+            raise UserError(f"--lr {label}={value!r}: the learning rate must be a number") from None
+    return out
+
+
+def _lr_values(text: str | None) -> dict[str, list[float]]:
+    out = {}
+    for label, value in _per_arm(text or "", "--lr-values").items():
+        try:
+            out[label] = [float(v) for v in value.split(":") if v.strip()]
+        except ValueError:
+            raise UserError(f"--lr-values {label}={value!r}: use numbers separated by ':'") from None
+    return out
+
+
+def _int(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{what} {text!r} must be an integer") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
+    from angpt.compare import make_plan, run_comparison
+    from angpt.compare.plan import split_arms
+
+    if args.budgets is None or not _csv(args.budgets):
+        raise UserError("no token budgets: give --budgets, e.g. --budgets 1Mi,2Mi,4Mi")
+    seeds = [_int(s, "--seeds entry") for s in _csv(args.seeds)]
+    plan = make_plan(
+        args.data,
+        arms=split_arms(args.arms),
+        baseline=args.baseline,
+        budgets=_csv(args.budgets),
+        seeds=seeds,  # type: ignore[arg-type]
+        preset=args.preset,
+        batch_tokens=args.batch_tokens,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch,
+        lr_grid=_floats(args.lr_grid, "--lr-grid"),
+        lr=_lr_table(args.lr),
+        lr_values=_lr_values(args.lr_values),
+        max_extensions=args.max_extensions,
+        settings=list(args.set or []),
+        eval_batches=args.eval_batches,
+        eval_points=args.eval_points,
+        dtype=args.dtype,
+        device=args.device,
+        extrapolate=args.extrapolate,
+    )
+    command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
+    report = run_comparison(
+        plan,
+        args.out,
+        jobs=args.jobs,
+        threads=args.threads,
+        dry_run=args.dry_run,
+        progress=not args.quiet,
+        command=command,
+    )
+    if report.dry_run:
+        print(report.estimate.text if report.estimate else "")
+        return 0
+    for line in report.verdicts:
+        print(line)
+    for w in report.data.get("warnings", []):
+        print(f"warning: {w}")
+    print(f"trained {len(report.trained)} run(s); report: {report.files['report.md']}")
+    return 0
+
+
+def add_compare_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
+    s = subparsers.add_parser(
+        "compare",
+        help="fair multi-budget, multi-seed comparison of architectures (LR sweeps, speedup, report)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--data", required=True, help="a dataset folder written by `angpt prepare`")
+    s.add_argument("--out", required=True, help="report directory (created; re-use it to resume)")
+    s.add_argument("--arms", default="gpt,gpt+,ngpt,angpt", help="comma-separated arms (default: %(default)s)")
+    s.add_argument("--baseline", default=None, help="the arm the others are measured against (default: gpt+)")
+    s.add_argument("--budgets", default=None, help="comma-separated token budgets, e.g. 1Mi,2Mi,4Mi (required)")
+    s.add_argument("--seeds", default="0", help="comma-separated seeds (init and data order), e.g. 0,1,2")
+    s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
+    s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")
+    s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
+    s.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (default: <= 16)")
+    s.add_argument(
+        "--lr-grid",
+        default=",".join(f"{m:g}" for m in (0.25, 0.5, 1, 2, 4)),
+        help="LR multipliers around each arm's centre LR (default: %(default)s; '1' = no sweep)",
+    )
+    s.add_argument("--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default)")
+    s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
+    s.add_argument("--max-extensions", type=int, default=2, help="grid extensions when the best LR is at an edge")
+    s.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        metavar="KEY=VALUE",
+        help="overrides for every arm: model.KEY=V (or KEY=V) and train.KEY=V (weight_decay, warmup_steps, ...)",
+    )
+    s.add_argument("--eval-batches", type=int, default=20, help="validation batches per evaluation")
+    s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
+    s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
+    s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    s.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
+    s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
+    s.add_argument("--extrapolate", action="store_true", help="extrapolate speedups beyond the budget range")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_compare)
+    return s

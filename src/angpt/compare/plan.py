@@ -1,0 +1,533 @@
+"""What `angpt compare` runs: arms x token budgets x seeds, plus a per-arm learning-rate sweep.
+
+An arm is a named architecture with optional config overrides, written ``[LABEL=]NAME[KEY=VALUE,...]``:
+
+    angpt                                   the built-in arm "angpt"
+    angpt[nu_att=sqrt_pos]                  anGPT with one model field changed (label "angpt[nu_att=sqrt_pos]")
+    sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]   the same, labelled "sqrtpos"
+    gpt+[train.weight_decay=0]              a train setting that does not touch the data (see ARM_TRAIN_KEYS)
+
+Keys without a section are model fields (:class:`angpt.models.ModelConfig`); values are YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from angpt.errors import ConfigError, UserError
+
+# name -> (architecture, model overrides). "gpt" is GPT+ without QK-norm (make_config sets qk_norm=False).
+BUILTIN_ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt": ("gpt", {}),
+    "gpt+": ("gpt+", {}),
+    "ngpt": ("ngpt", {}),
+    "angpt": ("angpt", {}),
+    "dyt": ("gpt+", {"norm": "dyt"}),
+    "ln_scaling": ("gpt+", {"norm": "ln_scaling"}),
+    "ngpt_bounded": ("ngpt", {"weight_constraint": "bounded"}),  # the paper's "nGPT with <= 1" ablation row
+}
+DEFAULT_ARMS = ("gpt", "gpt+", "ngpt", "angpt")
+DEFAULT_LR_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+# Train settings an arm (or --set) may change: they shape the optimisation, not the tokens seen. Everything that
+# decides which tokens a run sees, or how it is evaluated (batch_tokens, seq_len, micro_batch, seed, max_steps,
+# eval_batches), is a plan-level option, identical for every arm.
+ARM_TRAIN_KEYS = frozenset({"weight_decay", "warmup_steps", "min_lr_ratio", "beta1", "beta2", "grad_clip"})
+SETTINGS_TRAIN_KEYS = ARM_TRAIN_KEYS | {"compile", "deterministic"}
+_PLAN_FLAG = {
+    "batch_tokens": "--batch-tokens",
+    "seq_len": "--seq-len",
+    "micro_batch": "--micro-batch",
+    "seed": "--seeds",
+    "max_steps": "--budgets",
+    "eval_batches": "--eval-batches",
+    "lr": "--lr / --lr-grid",
+    "dtype": "--dtype",
+    "device": "--device",
+}
+
+
+# ------------------------------------------------------------------------------------------------ tokens
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def parse_tokens(text: str | int) -> int:
+    """A token count: ``4096``, ``512K``, ``1.5M``, ``2G`` (powers of 1000) or ``64Ki``, ``1Mi`` (powers of 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmg]i?)?\s*", str(text), flags=re.IGNORECASE)
+        if not m:
+            raise UserError(f"bad token count {text!r}; use e.g. 4096, 512K, 1M, 1Mi (=1048576) or 2G")
+        value_f = float(m.group(1)) * _SUFFIX[(m.group(2) or "").lower()]
+        if value_f != int(value_f):
+            raise UserError(f"token count {text!r} is not a whole number of tokens")
+        value = int(value_f)
+    if value <= 0:
+        raise UserError(f"token count {text!r} must be positive")
+    return value
+
+
+def format_tokens(n: float) -> str:
+    """A compact exact name for a token count (1M, 64Ki, 12345); approximate (~1.3M) when not whole."""
+    if n != int(n):
+        for div, s in ((10**9, "G"), (10**6, "M"), (10**3, "K")):
+            if n >= div:
+                return f"~{n / div:.3g}{s}"
+        return f"~{n:.0f}"
+    n = int(n)
+    for div, s in ((10**9, "G"), (2**30, "Gi"), (10**6, "M"), (2**20, "Mi"), (10**3, "K"), (2**10, "Ki")):
+        if n >= div and n % div == 0:
+            return f"{n // div}{s}"
+    return str(n)
+
+
+def format_lr(lr: float) -> str:
+    """A learning rate as it appears in run directory names and tables (6 significant digits)."""
+    return f"{lr:.6g}"
+
+
+def round_lr(lr: float) -> float:
+    """Round to the 6 significant digits of :func:`format_lr`, so a value and its directory name agree."""
+    return float(format_lr(lr))
+
+
+# -------------------------------------------------------------------------------------------------- arms
+@dataclass
+class Arm:
+    """One contender: a built-in arm (architecture + overrides) with the user's extra overrides."""
+
+    label: str
+    base: str  # a BUILTIN_ARMS name
+    arch: str
+    model: dict[str, Any] = field(default_factory=dict)  # model overrides (built-in ones first, then the user's)
+    train: dict[str, Any] = field(default_factory=dict)  # train overrides (ARM_TRAIN_KEYS only)
+
+    @property
+    def slug(self) -> str:
+        """The label as a directory name: ``angpt[nu_att=sqrt_pos]`` -> ``angpt__nu_att-sqrt_pos``."""
+        s = self.label.replace("[", "__").replace("]", "").replace(",", "__").replace("=", "-")
+        return re.sub(r"[^A-Za-z0-9_.+-]", "_", s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def split_arms(text: str) -> list[str]:
+    """Split a comma-separated arm list, keeping commas inside ``[...]``: ``a,b[x=1,y=2]`` -> [a, b[x=1,y=2]]."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"unbalanced ']' in arm list {text!r}")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if depth:
+        raise UserError(f"unbalanced '[' in arm list {text!r}")
+    out.append(cur.strip())
+    return [a for a in out if a]
+
+
+_ARM_RE = re.compile(r"(?:(?P<label>[A-Za-z0-9_.+-]+)=)?(?P<base>[A-Za-z0-9_+]+)(?:\[(?P<opts>.*)\])?")
+
+
+def parse_arm(text: str) -> Arm:
+    """Parse ``[LABEL=]NAME[KEY=VALUE,...]`` (see the module docstring) into an :class:`Arm`."""
+    import yaml
+
+    from angpt.models.config import ModelConfig
+
+    m = _ARM_RE.fullmatch(text.strip())
+    if not m:
+        raise UserError(f"bad arm {text!r}; write NAME, NAME[key=value,...] or LABEL=NAME[key=value,...]")
+    base = m.group("base")
+    if base not in BUILTIN_ARMS:
+        raise UserError(f"unknown arm {base!r} in {text!r}; use one of: {', '.join(BUILTIN_ARMS)}")
+    arch, model = BUILTIN_ARMS[base]
+    model, train = dict(model), {}
+    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch", "extra"}
+    for item in _split_opts(m.group("opts") or ""):
+        if "=" not in item:
+            raise UserError(f"arm {text!r}: option {item!r} must look like key=value")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        value = yaml.safe_load(raw) if raw else None
+        section, _, name = key.rpartition(".")
+        if section in ("", "model"):
+            if name not in model_keys:
+                raise UserError(
+                    f"arm {text!r}: unknown model key {name!r}; valid keys: {', '.join(sorted(model_keys))}"
+                )
+            model[name] = value
+        elif section == "train":
+            if name not in ARM_TRAIN_KEYS:
+                hint = f" (a plan-level option: {_PLAN_FLAG[name]})" if name in _PLAN_FLAG else ""
+                raise UserError(
+                    f"arm {text!r}: train.{name} cannot differ between arms{hint}; "
+                    f"per-arm train keys: {', '.join(sorted(ARM_TRAIN_KEYS))}"
+                )
+            train[name] = value
+        else:
+            raise UserError(f"arm {text!r}: key {key!r} must be a model field or train.KEY")
+    label = m.group("label") or text.strip()
+    return Arm(label=label, base=base, arch=arch, model=model, train=train)
+
+
+def _split_opts(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def parse_settings(items: list[str]) -> dict[str, Any]:
+    """``--set`` items (``model.KEY=V``, ``KEY=V`` meaning a model key, or ``train.KEY=V``) -> {dotted: value}."""
+    import yaml
+
+    from angpt.models.config import ModelConfig
+
+    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch", "extra"}
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"--set {item!r} must look like model.KEY=VALUE or train.KEY=VALUE")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        value = yaml.safe_load(raw) if raw else None
+        section, _, name = key.rpartition(".")
+        if section in ("", "model"):
+            if name not in model_keys:
+                raise UserError(f"--set {item!r}: unknown model key {name!r}; valid: {', '.join(sorted(model_keys))}")
+            out[f"model.{name}"] = value
+        elif section == "train":
+            if name not in SETTINGS_TRAIN_KEYS:
+                hint = f"; use {_PLAN_FLAG[name]}" if name in _PLAN_FLAG else ""
+                raise UserError(
+                    f"--set {item!r}: train.{name} is not settable here{hint}; "
+                    f"settable: {', '.join(sorted(SETTINGS_TRAIN_KEYS))}"
+                )
+            out[f"train.{name}"] = value
+        else:
+            raise UserError(f"--set {item!r}: key must be model.KEY or train.KEY")
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- plan
+@dataclass
+class Plan:
+    """A whole comparison. Build with :func:`make_plan` (it validates and resolves defaults).
+
+    The sweep runs every arm over its LR grid at the smallest budget with the first seed; the best LR (lowest
+    final validation loss) is then used for every budget and seed. A best LR at an edge of the grid extends the
+    grid by one step in that direction, at most `max_extensions` times per arm.
+    """
+
+    data: str
+    arms: list[Arm]
+    baseline: str
+    budgets: list[int]
+    seeds: list[int]
+    preset: str = "demo"
+    batch_tokens: int = 16384
+    seq_len: int = 0  # resolved by make_plan (the preset's context length unless given)
+    micro_batch: int = 0  # resolved by make_plan
+    lr_grid: list[float] = field(default_factory=lambda: list(DEFAULT_LR_GRID))  # multipliers of the centre
+    lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: DEFAULT_LR[arch])
+    lr_values: dict[str, list[float]] = field(default_factory=dict)  # an explicit absolute grid per arm label
+    max_extensions: int = 2
+    settings: dict[str, Any] = field(default_factory=dict)  # "model.KEY"/"train.KEY" -> value, every arm
+    eval_batches: int = 20
+    eval_points: int = 10  # validation evaluations per run (for the loss-vs-tokens plot), the last at the end
+    dtype: str = "auto"
+    # Not part of the plan's identity: they change where and how fast runs go, or only the analysis.
+    device: str = "auto"
+    extrapolate: bool = False
+    data_fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------------------------- lookups
+    def arm(self, label: str) -> Arm:
+        for a in self.arms:
+            if a.label == label:
+                return a
+        raise UserError(f"no arm {label!r} in this plan; arms: {', '.join(a.label for a in self.arms)}")
+
+    def steps(self, budget: int) -> int:
+        return budget // self.batch_tokens
+
+    @property
+    def sweep_budget(self) -> int:
+        return self.budgets[0]
+
+    @property
+    def sweep_seed(self) -> int:
+        return self.seeds[0]
+
+    def centre_lr(self, arm: Arm) -> float:
+        from angpt.train.config import DEFAULT_LR
+
+        return float(self.lr.get(arm.label, DEFAULT_LR[arm.arch]))
+
+    def initial_grid(self, arm: Arm) -> list[float]:
+        """The arm's LR grid before any extension, ascending."""
+        if arm.label in self.lr_values:
+            return sorted({round_lr(v) for v in self.lr_values[arm.label]})
+        c = self.centre_lr(arm)
+        return sorted({round_lr(c * m) for m in self.lr_grid})
+
+    @staticmethod
+    def extend(grid: list[float], direction: int) -> float:
+        """The next LR beyond the low (-1) or high (+1) edge: the edge's neighbour ratio (x2 for one point)."""
+        if len(grid) == 1:
+            ratio = 2.0
+        elif direction < 0:
+            ratio = grid[1] / grid[0]
+        else:
+            ratio = grid[-1] / grid[-2]
+        return round_lr(grid[0] / ratio) if direction < 0 else round_lr(grid[-1] * ratio)
+
+    def run_dir(self, report_dir: str | Path, arm: Arm, budget: int, seed: int, lr: float) -> Path:
+        return Path(report_dir) / "runs" / arm.slug / str(budget) / f"seed{seed}" / f"lr{format_lr(lr)}"
+
+    def eval_every(self, budget: int) -> int:
+        return max(1, math.ceil(self.steps(budget) / self.eval_points))
+
+    def save_every(self, budget: int) -> int:
+        # Long runs checkpoint four times so an interruption loses little; short ones (cheap to redo) save only
+        # their final step, which keeps small comparisons fast.
+        steps = self.steps(budget)
+        return steps // 4 if steps >= 40 else 0
+
+    def run_overrides(self, arm: Arm, budget: int, seed: int, lr: float, out: str | Path) -> list[tuple[str, Any]]:
+        """The `load_run_config` overrides of one run. Data, tokens and evaluation are the same for every arm."""
+        ov: list[tuple[str, Any]] = [
+            ("arch", arm.arch),
+            ("preset", self.preset),
+            ("data", self.data),
+            ("out", str(out)),
+            ("resume", "auto"),
+        ]
+        model = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("model.")}
+        model.update(arm.model)
+        ov += [(f"model.{k}", v) for k, v in model.items()]
+        ov += [(k, v) for k, v in self.settings.items() if k.startswith("train.")]
+        ov += [(f"train.{k}", v) for k, v in arm.train.items()]
+        ov += [
+            ("train.max_steps", self.steps(budget)),
+            ("train.stop_at", None),  # no arm is stopped early
+            ("train.batch_tokens", self.batch_tokens),
+            ("train.seq_len", self.seq_len),
+            ("train.micro_batch", self.micro_batch),
+            ("train.seed", seed),  # the seed sets init and data order: the same for every arm
+            ("train.lr", lr),
+            ("train.dtype", self.dtype),
+            ("train.device", self.device),
+            ("train.eval_every", self.eval_every(budget)),
+            ("train.eval_batches", self.eval_batches),
+            ("train.log_every", 1),  # every step's step_time feeds the step-time comparison
+            ("train.save_every", self.save_every(budget)),
+            ("train.keep_last", 1),
+            ("train.tensorboard", False),
+            ("train.wandb", False),
+        ]
+        return ov
+
+    # ------------------------------------------------------------------------------------------ identity
+    def identity(self) -> dict[str, Any]:
+        """Everything that decides what the runs compute: two plans with equal identities share a report dir."""
+        d = self.to_dict()
+        for k in ("data", "device", "extrapolate"):
+            d.pop(k)
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["arms"] = [a.to_dict() for a in self.arms]
+        return json.loads(json.dumps(d))  # normalise (tuples -> lists, int keys -> str)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        d = dict(d)
+        d["arms"] = [Arm(**a) for a in d["arms"]]
+        return cls(**d)
+
+
+def dataset_fingerprint(data: str | Path) -> dict[str, Any]:
+    """What identifies a prepared dataset's content (not its path or preparation time)."""
+    from angpt.data import load_meta
+
+    meta = load_meta(data)
+    splits = {
+        name: {k: s.get(k) for k in ("tokens", "bytes", "documents")} for name, s in sorted(meta["splits"].items())
+    }
+    ident = {
+        "tokenizer_hash": meta.get("tokenizer_hash"),
+        "vocab_size": meta["vocab_size"],
+        "splits": splits,
+        "source": meta.get("source"),
+    }
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return {**ident, "digest": digest}
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    return max(k for k in range(1, min(n, cap) + 1) if n % k == 0)
+
+
+def make_plan(
+    data: str | Path,
+    *,
+    arms: list[str | Arm] | None = None,
+    baseline: str | None = None,
+    budgets: list[int | str],
+    seeds: list[int] | None = None,
+    preset: str = "demo",
+    batch_tokens: int | str = 16384,
+    seq_len: int | None = None,
+    micro_batch: int | None = None,
+    lr_grid: list[float] | None = None,
+    lr: dict[str, float] | None = None,
+    lr_values: dict[str, list[float]] | None = None,
+    max_extensions: int = 2,
+    settings: dict[str, Any] | list[str] | None = None,
+    eval_batches: int = 20,
+    eval_points: int = 10,
+    dtype: str = "auto",
+    device: str = "auto",
+    extrapolate: bool = False,
+) -> Plan:
+    """Build and validate a :class:`Plan`; every problem is a one-line :class:`UserError` before any run starts.
+
+    Arms are strings in the ``[LABEL=]NAME[KEY=VALUE,...]`` syntax (default: gpt, gpt+, ngpt, angpt). The
+    baseline defaults to gpt+ when present, else the first arm. Budgets are token counts (``4096``, ``1M``,
+    ``1Mi``); each must be a whole number (>= 1) of `batch_tokens` steps. `lr` and `lr_values` are keyed by arm
+    label; `settings` are ``model.KEY``/``train.KEY`` overrides applied to every arm.
+    """
+    from angpt.data import check_compatible, load_meta
+    from angpt.models.config import PRESETS, make_config
+
+    arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else DEFAULT_ARMS)]
+    if not arm_objs:
+        raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
+    labels = [a.label for a in arm_objs]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise UserError(f"arm {dup[0]!r} is given twice; give repeated arms distinct labels (LABEL=NAME[...])")
+    slugs = [a.slug for a in arm_objs]
+    if len(set(slugs)) != len(slugs):
+        raise UserError(f"arm labels {labels} map to clashing directory names; choose other labels")
+    if baseline is None:
+        baseline = "gpt+" if "gpt+" in labels else labels[0]
+    if baseline not in labels:
+        raise UserError(f"baseline {baseline!r} is not one of the arms ({', '.join(labels)}); add it to --arms")
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
+
+    if not budgets:
+        raise UserError("no token budgets: give at least one, e.g. --budgets 1M,2M,4M")
+    budget_ints = sorted({parse_tokens(b) for b in budgets})
+    bt = parse_tokens(batch_tokens)
+    for b in budget_ints:
+        if b < bt:
+            raise UserError(f"budget {format_tokens(b)} ({b} tokens) is less than one step of {bt} batch tokens")
+        if b % bt:
+            lo, hi = (b // bt) * bt, (b // bt + 1) * bt
+            raise UserError(
+                f"budget {b} tokens is not a whole number of steps of {bt} batch tokens; use {lo} or {hi}, "
+                "or a binary suffix (1Mi = 1048576)"
+            )
+    seeds = [0] if seeds is None else list(seeds)
+    if not seeds:
+        raise UserError("no seeds: give at least one, e.g. --seeds 0,1,2")
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds {seeds} must be distinct non-negative integers")
+
+    grid = list(DEFAULT_LR_GRID) if lr_grid is None else [float(m) for m in lr_grid]
+    if not grid or any(not (math.isfinite(m) and m > 0) for m in grid):
+        raise UserError(f"LR grid {lr_grid} must be a non-empty list of positive multipliers")
+    grid = sorted(set(grid))
+    lr = dict(lr or {})
+    lr_values = {k: [float(v) for v in vs] for k, vs in (lr_values or {}).items()}
+    for what, table in (("--lr", lr), ("--lr-values", lr_values)):
+        unknown = sorted(set(table) - set(labels))
+        if unknown:
+            raise UserError(f"{what} names arm {unknown[0]!r}, which is not in the plan ({', '.join(labels)})")
+    for k, v in lr.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise UserError(f"--lr {k}={v!r} must be a positive number")
+    for k, vs in lr_values.items():
+        if not vs or any(not (math.isfinite(v) and v > 0) for v in vs):
+            raise UserError(f"--lr-values {k}: {vs} must be positive numbers")
+    if not isinstance(max_extensions, int) or max_extensions < 0:
+        raise UserError(f"max_extensions={max_extensions!r} must be a non-negative integer")
+    for name, v in (("eval_batches", eval_batches), ("eval_points", eval_points)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{name}={v!r} must be a positive integer")
+    if dtype not in ("auto", "bf16", "fp32"):
+        raise UserError(f"dtype={dtype!r}; use auto, bf16 or fp32")
+    if isinstance(settings, list):
+        settings = parse_settings(settings)
+    settings = dict(settings or {})
+
+    # The context length (and so seq_len) comes from the preset and the common settings, never from an arm,
+    # so every arm reads the same windows.
+    common_model = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("model.")}
+    base_cfg = make_config(arm_objs[0].arch, preset, **common_model)
+    T = seq_len or base_cfg.context_length
+    if not isinstance(T, int) or T <= 0:
+        raise UserError(f"seq_len={seq_len!r} must be a positive integer")
+    if bt % T:
+        raise UserError(f"batch tokens {bt} must be a multiple of seq_len {T}")
+    seqs = bt // T
+    mb = micro_batch or _largest_divisor_at_most(seqs, 16)
+    if seqs % mb:
+        raise UserError(f"micro_batch {mb} must divide the {seqs} sequences of one step ({bt} tokens / {T})")
+
+    plan = Plan(
+        data=str(Path(data).resolve()),
+        arms=arm_objs,
+        baseline=baseline,
+        budgets=budget_ints,
+        seeds=seeds,
+        preset=preset,
+        batch_tokens=bt,
+        seq_len=T,
+        micro_batch=mb,
+        lr_grid=grid,
+        lr=lr,
+        lr_values=lr_values,
+        max_extensions=max_extensions,
+        settings=settings,
+        eval_batches=eval_batches,
+        eval_points=eval_points,
+        dtype=dtype,
+        device=device,
+        extrapolate=extrapolate,
+    )
+
+    # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
+    # one line before anything is trained or written.
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import resolve_model_config
+
+    meta = load_meta(data)
+    plan.data_fingerprint = dataset_fingerprint(data)
+    for arm in arm_objs:
+        cfg = load_run_config(
+            None, plan.run_overrides(arm, budget_ints[0], seeds[0], plan.centre_lr(arm), out="unused")
+        )
+        try:
+            mcfg = resolve_model_config(cfg, meta)
+            check_compatible(meta, mcfg.vocab_size)
+        except UserError as e:
+            raise type(e)(f"arm {arm.label!r}: {e}") from e
+        if T > mcfg.context_length:
+            raise ConfigError(f"arm {arm.label!r}: seq_len {T} exceeds its context length {mcfg.context_length}")
+    return plan

@@ -1,0 +1,407 @@
+"""Export angpt models as Hugging Face transformers checkpoints, and import Qwen3 / Llama checkpoints back.
+
+What each architecture becomes (``format="auto"``):
+
+* GPT+ (RMSNorm, QK-norm) -> a native ``Qwen3ForCausalLM`` checkpoint (hf/qwen3.py's mapping).
+* GPT (RMSNorm, no QK-norm) -> a native ``LlamaForCausalLM`` checkpoint: Llama is exactly that block.
+* LN-scaling (either of the above with ``norm="ln_scaling"``) -> the same, with each pre-norm's 1/sqrt(l) factor
+  folded into its RMSNorm gain (exact: ``scale * (g * x̂) = (scale * g) * x̂``).
+* nGPT and anGPT -> folded (``angpt.fold_for_inference``) into the self-contained ``AngptFoldedForCausalLM``
+  (hf/modeling_angpt.py, copied beside the weights; ``config.json`` carries an ``auto_map``), loadable with
+  ``trust_remote_code=True`` where angpt is not installed, and without it once :func:`register` has run.
+* DyT has no transformers equivalent and no folded class: exporting it is a UserError.
+
+An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
+(our marker: format, arch and the full angpt config), and, with a tokenizer, ``tokenizer.json``,
+``tokenizer_config.json``, ``special_tokens_map.json`` and ``angpt_tokenizer.json``. It is built in a temporary
+folder beside ``out_dir`` and renamed into place, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from angpt.errors import CheckpointError, UserError
+from angpt.models import GPT, FoldedLM, ModelConfig, fold_for_inference, unwrap
+
+FORMATS = ("auto", "qwen3", "llama", "folded")
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+MARKER = "angpt_export.json"
+MODELING_FILE = "modeling_angpt.py"
+WEIGHTS_FILE = "model.safetensors"
+
+
+# ---------------------------------------------------------------------------------------------- registration
+def register() -> None:
+    """Register the folded classes with AutoConfig / AutoModelForCausalLM (idempotent).
+
+    After this, ``AutoModelForCausalLM.from_pretrained(export)`` loads a folded nGPT / anGPT export without
+    ``trust_remote_code`` (transformers prefers registered local code to the copied modelling file).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from angpt.hf.modeling_angpt import MODEL_TYPE, AngptFoldedConfig, AngptFoldedForCausalLM
+
+    AutoConfig.register(MODEL_TYPE, AngptFoldedConfig, exist_ok=True)
+    AutoModelForCausalLM.register(AngptFoldedConfig, AngptFoldedForCausalLM, exist_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------- export
+def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
+    """The export format of a model config: "qwen3", "llama" or "folded" (raises UserError when impossible)."""
+    if format not in FORMATS:
+        raise UserError(f"unknown export format {format!r}; use one of: {', '.join(FORMATS)}")
+    if cfg.arch in ("ngpt", "angpt"):
+        natural = "folded"
+    elif cfg.norm == "dyt":
+        raise UserError(
+            "DyT models have no Hugging Face equivalent (tanh in place of RMSNorm) and cannot be exported; "
+            "export a GPT+ (norm=rmsnorm) or an nGPT / anGPT model"
+        )
+    else:
+        natural = "qwen3" if cfg.qk_norm else "llama"
+    if format != "auto" and format != natural:
+        raise UserError(f"a {cfg.arch} model (qk_norm={cfg.qk_norm}) exports as {natural!r}, not {format!r}")
+    if natural != "folded" and cfg.softmax_scale is not None and abs(cfg.softmax_scale - cfg.head_dim**-0.5) > 1e-12:
+        raise UserError(f"{natural} uses the softmax scale 1/sqrt(head_dim); unset model.softmax_scale to export")
+    return natural
+
+
+def export_hf(
+    model: torch.nn.Module,
+    out_dir: str | Path,
+    tokenizer: Any = None,
+    *,
+    dtype: str = "float32",
+    format: str = "auto",
+) -> Path:
+    """Write `model` (and `tokenizer`, an angpt Tokenizer) as a Hugging Face checkpoint folder; returns its path.
+
+    `format` is "auto" (by architecture, see the module docstring) or one of "qwen3", "llama", "folded", which
+    must then match the architecture. `dtype` ("float32", "bfloat16", "float16") is the stored weight dtype.
+    `out_dir` must be missing, empty, or a previous export (which is replaced); anything else is a UserError.
+    """
+    base = unwrap(model)
+    cfg: ModelConfig = base.config
+    fmt = resolve_format(cfg, format)
+    if dtype not in DTYPES:
+        raise UserError(f"unknown export dtype {dtype!r}; use one of: float32, bfloat16, float16")
+    torch_dtype = DTYPES[dtype]
+    dtype_name = str(torch_dtype).removeprefix("torch.")
+    out = Path(out_dir).expanduser().absolute()
+    _check_target(out)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        if fmt == "folded":
+            sd, hf_config = _folded_files(base, cfg, tmp)
+        else:
+            sd, hf_config = _gpt_files(base, cfg, fmt)
+        eos = tokenizer.eos_id if tokenizer is not None else None
+        if eos is not None:
+            hf_config.eos_token_id = hf_config.pad_token_id = hf_config.bos_token_id = eos
+        hf_config.dtype = dtype_name
+        hf_config.save_pretrained(tmp)
+        _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
+        _save_generation_config(tmp, eos)
+        if tokenizer is not None:
+            _save_tokenizer(tokenizer, tmp, cfg.context_length)
+        marker = {
+            "format": fmt,
+            "arch": cfg.arch,
+            "dtype": dtype_name,
+            "angpt_version": _version(),
+            "config": cfg.to_dict(),
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n", encoding="utf-8")
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"export target {out} is a file; pass a folder path")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise UserError(
+            f"export target {out} is not empty and is not a previous angpt export (no {MARKER}); "
+            "choose a new or empty folder"
+        )
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`; a previous export at `out` is moved aside first and removed only afterwards."""
+    old = None
+    if out.is_dir():
+        if any(out.iterdir()):
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            out.rename(old)
+        else:
+            out.rmdir()
+    try:
+        tmp.rename(out)
+    except BaseException:
+        if old is not None:  # put the previous export back
+            old.rename(out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _gpt_files(model: GPT, cfg: ModelConfig, fmt: str):
+    """Qwen3 / Llama state dict and config of a GPT-family model (LN-scaling folded into the norm gains)."""
+    import transformers
+
+    d, dff = cfg.d_model, cfg.ffn_dim
+    sd: dict[str, torch.Tensor] = {
+        "model.embed_tokens.weight": model.embed.weight,
+        "model.norm.weight": model.final_norm.weight * model.final_norm.scale,
+        "lm_head.weight": model.lm_head.weight,
+    }
+    for i, b in enumerate(model.blocks):
+        p = f"model.layers.{i}."
+        q, k, v = b.qkv.weight.split(d)
+        u, z = b.up.weight.split(dff)
+        sd |= {
+            p + "input_layernorm.weight": b.attn_norm.weight * b.attn_norm.scale,
+            p + "self_attn.q_proj.weight": q,
+            p + "self_attn.k_proj.weight": k,
+            p + "self_attn.v_proj.weight": v,
+            p + "self_attn.o_proj.weight": b.proj.weight,
+            p + "post_attention_layernorm.weight": b.mlp_norm.weight * b.mlp_norm.scale,
+            p + "mlp.up_proj.weight": u,
+            p + "mlp.gate_proj.weight": z,
+            p + "mlp.down_proj.weight": b.down.weight,
+        }
+        if fmt == "qwen3":
+            sd[p + "self_attn.q_norm.weight"] = b.q_norm.weight * b.q_norm.scale
+            sd[p + "self_attn.k_norm.weight"] = b.k_norm.weight * b.k_norm.scale
+    if fmt == "qwen3":
+        from angpt.hf.qwen3 import qwen3_config_dict
+
+        # LN-scaling is folded into the gains above, so the config is that of the plain RMSNorm model.
+        hf_config = transformers.Qwen3Config(**qwen3_config_dict(dataclasses.replace(cfg, norm="rmsnorm")))
+        hf_config.architectures = ["Qwen3ForCausalLM"]
+    else:
+        hf_config = transformers.LlamaConfig(
+            vocab_size=cfg.vocab_size,
+            hidden_size=d,
+            intermediate_size=dff,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            num_key_value_heads=cfg.n_heads,
+            head_dim=cfg.head_dim,
+            max_position_embeddings=cfg.context_length,
+            rms_norm_eps=cfg.norm_eps,
+            rope_theta=cfg.rope_theta,
+            hidden_act=cfg.activation,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            mlp_bias=False,
+            initializer_range=cfg.init_std,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+        hf_config.architectures = ["LlamaForCausalLM"]
+    return sd, hf_config
+
+
+def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
+    """Folded state dict and AngptFoldedConfig of an nGPT / anGPT model; copies the modelling file into `tmp`."""
+    from angpt.hf import modeling_angpt
+
+    folded = model if isinstance(model, FoldedLM) else fold_for_inference(model)
+    hf_config = modeling_angpt.AngptFoldedConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.ffn_dim,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        max_position_embeddings=cfg.context_length,
+        rope_theta=cfg.rope_theta,
+        arch=cfg.arch,
+        qk_unit=folded.blocks[0].q_gain is not None,
+    )
+    hf_config.architectures = ["AngptFoldedForCausalLM"]
+    stem = Path(MODELING_FILE).stem
+    hf_config.auto_map = {
+        "AutoConfig": f"{stem}.AngptFoldedConfig",
+        "AutoModelForCausalLM": f"{stem}.AngptFoldedForCausalLM",
+    }
+    shutil.copyfile(modeling_angpt.__file__, tmp / MODELING_FILE)
+    return dict(folded.state_dict()), hf_config
+
+
+def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(sd, str(path), metadata={"format": "pt"})  # "pt": transformers refuses files without it
+
+
+def _save_generation_config(folder: Path, eos: int | None) -> None:
+    from transformers import GenerationConfig
+
+    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token.
+    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos).save_pretrained(folder)
+
+
+def _save_tokenizer(tokenizer: Any, folder: Path, context_length: int) -> None:
+    """tokenizer.json (+ angpt's spec file) and the config files AutoTokenizer needs to load it offline."""
+    tokenizer.save(folder)
+    eos = tokenizer.eos_token
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": eos,
+        "pad_token": eos,
+        "model_max_length": context_length,
+        "clean_up_tokenization_spaces": False,
+        "add_prefix_space": False,
+        "padding_side": "left",  # generation pads on the left
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n", encoding="utf-8")
+    special = {"eos_token": eos, "pad_token": eos}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+
+
+def _version() -> str:
+    import angpt
+
+    return angpt.__version__
+
+
+# ---------------------------------------------------------------------------------------------------- import
+def import_hf(path: str | Path) -> torch.nn.Module:
+    """Load a Hugging Face checkpoint folder as an angpt model (eval mode, fp32).
+
+    Qwen3 checkpoints (multi-head attention, default RoPE, no biases) become GPT+; Llama checkpoints of the same
+    kind become GPT (no QK-norm); angpt's own folded exports become a `FoldedLM`. Other model types are a
+    CheckpointError.
+    """
+    folder = Path(path).expanduser()
+    cfg_file = folder / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"no config.json in {folder}; pass a Hugging Face checkpoint folder")
+    try:
+        raw = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{cfg_file} is not readable JSON ({e})") from e
+    model_type = raw.get("model_type")
+    if model_type not in ("qwen3", "llama", "angpt_folded"):
+        raise CheckpointError(
+            f"{folder} holds a {model_type!r} model; import_hf reads qwen3 and llama checkpoints (and angpt's "
+            "folded exports)"
+        )
+    sd = _load_weights(folder)
+    if model_type == "qwen3":
+        import transformers
+
+        from angpt.hf.qwen3 import config_from_qwen3, gpt_from_qwen3_state_dict
+
+        hf_config = transformers.Qwen3Config.from_pretrained(folder)
+        _check_plain(hf_config, "qwen3")
+        _tie_if_needed(hf_config, sd)
+        model = gpt_from_qwen3_state_dict(config_from_qwen3(hf_config), sd)
+    elif model_type == "llama":
+        import transformers
+
+        hf_config = transformers.LlamaConfig.from_pretrained(folder)
+        _check_plain(hf_config, "llama")
+        _tie_if_needed(hf_config, sd)
+        model = _gpt_from_llama(hf_config, sd)
+    else:
+        model = _folded_from_export(folder, sd)
+    return model.float().eval()
+
+
+def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    single = folder / WEIGHTS_FILE
+    index = folder / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(str(single))
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        sd: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            sd |= load_file(str(folder / shard))
+        return sd
+    raise CheckpointError(f"no {WEIGHTS_FILE} (or sharded index) in {folder}; only safetensors weights are read")
+
+
+def _check_plain(hf_config, kind: str) -> None:
+    if getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False):
+        raise CheckpointError(f"this {kind} checkpoint has biases; angpt's GPT has none")
+    if kind == "qwen3" and getattr(hf_config, "use_sliding_window", False):
+        raise CheckpointError("this qwen3 checkpoint uses sliding-window attention, which angpt does not support")
+
+
+def _tie_if_needed(hf_config, sd: dict[str, torch.Tensor]) -> None:
+    # Tied checkpoints omit lm_head; our models are untied, so give the head its own copy of the embedding.
+    if "lm_head.weight" not in sd and getattr(hf_config, "tie_word_embeddings", False):
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()
+
+
+@torch.no_grad()
+def _gpt_from_llama(hf_config, sd: dict[str, torch.Tensor]) -> GPT:
+    from angpt.hf.qwen3 import config_from_qwen3
+    from angpt.models import make_config
+
+    # A Llama config has the same shape fields as Qwen3's; reuse the Qwen3 reader, then drop QK-norm.
+    cfg = make_config("gpt", config_from_qwen3(hf_config))
+    model = GPT(cfg)
+    d = cfg.d_model
+    try:
+        model.embed.weight.copy_(sd["model.embed_tokens.weight"])
+        model.final_norm.weight.copy_(sd["model.norm.weight"])
+        model.lm_head.weight.copy_(sd["lm_head.weight"])
+        for i, b in enumerate(model.blocks):
+            p = f"model.layers.{i}."
+            b.attn_norm.weight.copy_(sd[p + "input_layernorm.weight"])
+            b.qkv.weight.copy_(torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
+            b.proj.weight.copy_(sd[p + "self_attn.o_proj.weight"])
+            b.mlp_norm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
+            b.up.weight.copy_(torch.cat([sd[p + "mlp.up_proj.weight"], sd[p + "mlp.gate_proj.weight"]]))
+            b.down.weight.copy_(sd[p + "mlp.down_proj.weight"])
+    except KeyError as e:
+        raise CheckpointError(f"llama checkpoint lacks tensor {e.args[0]}") from e
+    except RuntimeError as e:  # shape mismatch in copy_
+        raise CheckpointError(f"llama checkpoint tensor has the wrong shape for d_model={d}: {e}") from e
+    return model
+
+
+@torch.no_grad()
+def _folded_from_export(folder: Path, sd: dict[str, torch.Tensor]) -> FoldedLM:
+    marker = folder / MARKER
+    if not marker.is_file():
+        raise CheckpointError(f"{folder} is an angpt_folded model without {MARKER}; re-export it with angpt")
+    cfg = ModelConfig.from_dict(json.loads(marker.read_text(encoding="utf-8"))["config"])
+    model = FoldedLM(cfg)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"folded export does not match its config: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+try:  # registering needs transformers, which an `angpt.hf` user has; the classes are then Auto-loadable
+    register()
+except ImportError:  # pragma: no cover
+    pass

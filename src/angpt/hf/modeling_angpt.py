@@ -1,0 +1,252 @@
+"""Folded nGPT / anGPT as Hugging Face transformers classes (self-contained: imports only torch and transformers).
+
+`angpt.hf.export.export_hf` copies this file beside the weights of an exported nGPT or anGPT, and config.json's
+`auto_map` points at it, so that
+
+    AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+
+works where the `angpt` package is not installed. It must therefore never import `angpt`.
+
+The model is angpt's `FoldedLM` (see angpt/models/folded.py): every constant of the training model already sits
+in the weights, and the parameter names are FoldedLM's, so its state dict loads unchanged. Per block:
+
+    q, k, v = W_qkv h;  q, k = RoPE(q), RoPE(k);  q, k = g * Norm(q), Norm(k)      (g only with unit q, k)
+    o = SDPA(q, k, v, scale=1) * c[t]                                               (c: anGPT's nu_att; t = position)
+    anGPT: h = r_A * h + W_p o;                  h = r_M * h + W_d (u * silu(z)),  [u; z] = W_uz h
+    nGPT:  h = Norm(r_A * h + b_A * Norm(W_p o)); h = Norm(r_M * h + b_M * Norm(W_d (u * silu(z))))
+    logits = W_out h
+
+Positions come from `position_ids` (what `generate` derives from the attention mask), so a left-padded row sees
+the same RoPE angles and the same per-position factor c[t] as when it is run alone.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+try:  # transformers >= 4.36
+    from transformers import DynamicCache
+except ImportError:  # pragma: no cover - very old transformers: generation then runs without a cache
+    DynamicCache = None
+
+MODEL_TYPE = "angpt_folded"
+
+
+class AngptFoldedConfig(PretrainedConfig):
+    """Shape of a folded nGPT or anGPT. `arch` is "ngpt" or "angpt"; `qk_unit` says whether q and k are
+    normalised to unit length per head (always for nGPT; anGPT's default QK-norm mode "exact")."""
+
+    model_type = MODEL_TYPE
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        hidden_size: int = 64,
+        intermediate_size: int = 256,
+        num_hidden_layers: int = 2,
+        num_attention_heads: int = 4,
+        max_position_embeddings: int = 64,
+        rope_theta: float = 10000.0,
+        arch: str = "angpt",
+        qk_unit: bool = True,
+        tie_word_embeddings: bool = False,
+        use_cache: bool = True,
+        **kwargs,
+    ) -> None:
+        if arch not in ("ngpt", "angpt"):
+            raise ValueError(f"arch must be 'ngpt' or 'angpt', got {arch!r}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_attention_heads
+        self.head_dim = hidden_size // num_attention_heads
+        self.max_position_embeddings = max_position_embeddings
+        self.rope_theta = float(rope_theta)
+        self.arch = arch
+        self.qk_unit = bool(qk_unit or arch == "ngpt")
+        self.use_cache = use_cache
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """x / ||x|| over the last dim, the sum of squares in fp32 (as angpt's unit_norm)."""
+    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True).clamp_min(1e-24)).to(x.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of x [B, H, T, d_h] with cos, sin [B or 1, 1, T, d_h]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class AngptFoldedBlock(nn.Module):
+    def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
+        super().__init__()
+        d, dff, H = config.hidden_size, config.intermediate_size, config.num_attention_heads
+        self.layer_idx, self.n_heads, self.d_ff = layer_idx, H, dff
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]: value branch, then gate
+        self.down = nn.Linear(dff, d, bias=False)
+        self.q_gain = nn.Parameter(torch.ones(H, 1, d // H)) if config.qk_unit else None
+        self.res_A = nn.Parameter(torch.ones(d))
+        self.res_M = nn.Parameter(torch.ones(d))
+        renorm = config.arch == "ngpt"  # nGPT keeps its exact norms after each sub-layer
+        self.branch_A = nn.Parameter(torch.ones(d)) if renorm else None
+        self.branch_M = nn.Parameter(torch.ones(d)) if renorm else None
+
+    def _update(self, h, x, res, branch):
+        if branch is None:
+            return torch.addcmul(x, h, res.to(h.dtype))
+        return _unit(torch.addcmul(h * res.to(h.dtype), _unit(x), branch.to(h.dtype)))
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache):
+        B, T, _ = h.shape
+        q, k, v = self.qkv(h).view(B, T, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        if self.q_gain is not None:
+            q, k = self.q_gain.to(h.dtype) * _unit(q), _unit(k)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=1.0)
+        if att_scale is not None:
+            o = o * att_scale.to(o.dtype)
+        h = self._update(h, self.proj(o.transpose(1, 2).reshape(B, T, -1)), self.res_A, self.branch_A)
+        u, z = self.up(h).split(self.d_ff, dim=-1)
+        return self._update(h, self.down(u * F.silu(z)), self.res_M, self.branch_M)
+
+
+class AngptFoldedPreTrainedModel(PreTrainedModel):
+    config_class = AngptFoldedConfig
+    base_model_prefix = "angpt"
+    _no_split_modules = ["AngptFoldedBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        # Exported weights always come with the checkpoint; this only gives fresh models (from_config) sane values.
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, 0.02)
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 0.02)
+
+
+class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
+    """Folded nGPT / anGPT language model with a Hugging Face `Cache` (DynamicCache) for `generate`."""
+
+    def __init__(self, config: AngptFoldedConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.blocks = nn.ModuleList(AngptFoldedBlock(config, i) for i in range(config.num_hidden_layers))
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.arch == "angpt":
+            # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
+            self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
+        else:
+            self.att_scale = None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embed = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head = value
+
+    def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Same float64 angles as angpt's RoPE buffer, computed per call (no non-persistent buffers to restore).
+        dh = self.config.head_dim
+        inv_freq = 1.0 / (
+            self.config.rope_theta ** (torch.arange(0, dh, 2, dtype=torch.float64, device=position_ids.device) / dh)
+        )
+        angles = position_ids.to(torch.float64)[..., None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, d_h]
+        return angles.cos().float(), angles.sin().float()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Logits [B, T, V] (and the mean next-token loss when `labels` are given, -100 ignored).
+
+        `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
+        past .. past + T - 1.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        B, T = h.shape[:2]
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None and DynamicCache is not None:
+            try:
+                past_key_values = DynamicCache(config=self.config)
+            except TypeError:  # transformers < 4.56: DynamicCache takes no config
+                past_key_values = DynamicCache()
+        cache = past_key_values if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=h.device)[None]
+        if position_ids.max() >= self.config.max_position_embeddings:
+            raise ValueError(
+                f"position {int(position_ids.max())} is beyond the context length "
+                f"{self.config.max_position_embeddings} this model was trained for"
+            )
+        position_ids = position_ids.expand(B, T) if position_ids.shape[0] == 1 else position_ids
+
+        # Boolean mask [B, 1, T, past + T] (True = attend) only where one is needed: with padding, or when the
+        # queries do not start at key 0 (SDPA's is_causal aligns top-left, we need bottom-right).
+        mask, is_causal = None, False
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 2 and bool((attention_mask == 0).any()):
+            keys = attention_mask[:, : past + T].bool()
+            causal = (
+                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
+            )
+            mask = causal[None, None] & keys[:, None, None, :]
+        elif isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+            mask = attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
+        elif past == 0:
+            is_causal = T > 1
+        elif T > 1:
+            causal = (
+                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
+            )
+            mask = causal[None, None]
+
+        cos, sin = self._rope_tables(position_ids)
+        att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
+        for block in self.blocks:
+            h = block(h, cos, sin, mask, is_causal, att_scale, cache)
+
+        if isinstance(logits_to_keep, int):
+            h_out = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
+        else:
+            h_out = h[:, logits_to_keep]
+        logits = self.lm_head(h_out)
+        loss = None
+        if labels is not None:
+            shift = logits[:, :-1].float()
+            loss = F.cross_entropy(shift.reshape(-1, shift.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)

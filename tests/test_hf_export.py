@@ -1,0 +1,282 @@
+"""Hugging Face export: GPT+ -> Qwen3, GPT -> Llama, nGPT / anGPT -> folded custom classes (loadable without
+angpt), import back, tokenizer files, HF generate with and without cache, and safe writing of the folder."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+import angpt
+from angpt.data.tokenizer import load_tokenizer, make_tokenizer
+from angpt.errors import CheckpointError, UserError
+from angpt.hf import export as export_mod
+from angpt.hf.export import MARKER, export_hf, import_hf
+from angpt.infer import generate
+
+TEXT = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. All that glitters is not gold. "
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # see test_generate.py: tiny models on a shared 2-core CPU
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer("bytes")
+
+
+def trained(arch, tok, steps=20, **overrides):
+    """A tiny model after a few Adam steps: gains, scales and alphas are no longer at their initial values."""
+    torch.manual_seed(0)
+    model = angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size, **overrides)
+    opt, _ = angpt.make_optimizer(model, lr=1e-2, max_steps=steps)
+    angpt.attach_constraints(model, opt)
+    data = torch.tensor(tok.encode(TEXT * 4))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - 33, (8,), generator=gen)
+        batch = torch.stack([data[s : s + 33] for s in starts])
+        model(batch[:, :-1], batch[:, 1:])[1].backward()
+        opt.step()
+        opt.zero_grad()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def models(tok):
+    return {
+        "gpt+": trained("gpt+", tok),
+        "gpt": trained("gpt", tok),
+        "ln_scaling": trained("gpt+", tok, norm="ln_scaling"),
+        "ngpt": trained("ngpt", tok),
+        "angpt": trained("angpt", tok),
+    }
+
+
+@pytest.fixture(scope="module")
+def exports(models, tok, tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    return {name: export_hf(m, root / name, tok) for name, m in models.items()}
+
+
+def ids(tok, n=2, length=20):
+    data = tok.encode(TEXT)
+    return torch.tensor([data[i * 9 : i * 9 + length] for i in range(n)])
+
+
+def hf_greedy(hf_model, x, n=12, use_cache=True):
+    out = hf_model.generate(x, max_new_tokens=n, do_sample=False, use_cache=use_cache)
+    return out[:, x.shape[1] :]
+
+
+@pytest.mark.parametrize(
+    "name,cls", [("gpt+", "Qwen3ForCausalLM"), ("gpt", "LlamaForCausalLM"), ("ln_scaling", "Qwen3ForCausalLM")]
+)
+def test_gpt_family_exports_as_native_transformers_model(models, exports, tok, name, cls):
+    ours, out = models[name], exports[name]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out)  # no trust_remote_code: a native class
+    assert type(hf).__name__ == cls
+    assert json.loads((out / "config.json").read_text()).get("auto_map") is None
+    x = ids(tok)
+    with torch.no_grad():
+        expected = ours(x)[0]
+        assert torch.allclose(hf(x).logits, expected, atol=1e-5)
+        assert torch.equal(import_hf(out)(x)[0], expected) or torch.allclose(import_hf(out)(x)[0], expected, atol=1e-6)
+    greedy = hf_greedy(hf, x)
+    assert torch.equal(greedy, hf_greedy(hf, x, use_cache=False))
+    assert torch.equal(greedy, generate(ours, x, max_new_tokens=12, temperature=0)[:, x.shape[1] :])
+
+
+def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
+    back = import_hf(exports["gpt+"])
+    assert back.config.arch == "gpt+" and back.config.qk_norm
+    x = ids(tok)
+    with torch.no_grad():
+        assert torch.equal(back(x)[0], models["gpt+"](x)[0])
+    assert import_hf(exports["gpt"]).config.arch == "gpt"
+
+
+@pytest.mark.parametrize("arch", ["ngpt", "angpt"])
+def test_folded_export_with_angpt_registered(models, exports, tok, arch):
+    ours, out = models[arch], exports[arch]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "angpt_folded" and "AutoModelForCausalLM" in cfg["auto_map"]
+    assert (out / "modeling_angpt.py").is_file()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out)  # registered by importing angpt.hf.export
+    assert type(hf).__module__ == "angpt.hf.modeling_angpt"
+    folded = angpt.fold_for_inference(ours)
+    x = ids(tok)
+    with torch.no_grad():
+        logits = hf(x).logits
+        assert torch.allclose(logits, folded(x)[0], atol=1e-5)
+        train_logits = ours(x)[0]  # folding itself moves logits by float rounding only
+        assert torch.allclose(logits, train_logits, atol=1e-4 * train_logits.abs().max().item())
+        assert torch.equal(import_hf(out)(x)[0], folded(x)[0])
+    greedy = hf_greedy(hf, x)
+    assert torch.equal(greedy, hf_greedy(hf, x, use_cache=False))
+    assert torch.equal(greedy, generate(folded, x, max_new_tokens=12, temperature=0)[:, x.shape[1] :])
+
+
+def test_folded_hf_generate_left_padding_equals_single(exports, tok):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(exports["angpt"])
+    short, long = tok.encode("lazy dog. A"), tok.encode("over the lazy dog. A")
+    pad = len(long) - len(short)
+    x = torch.tensor([[tok.eos_id] * pad + short, long])
+    mask = torch.tensor([[0] * pad + [1] * len(short), [1] * len(long)])
+    batched = hf.generate(x, attention_mask=mask, max_new_tokens=12, do_sample=False)[:, x.shape[1] :]
+    alone = hf_greedy(hf, torch.tensor([short]))
+    assert torch.equal(batched[0], alone[0])
+
+
+def test_tokenizer_files_load_offline(exports, tok):
+    out = exports["angpt"]
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert isinstance(hf_tok, transformers.PreTrainedTokenizerFast)
+    assert hf_tok.eos_token == "<|endoftext|>" and hf_tok.eos_token_id == tok.eos_id == 256
+    text = "héllo wörld, 1 + 1 = 2"
+    assert hf_tok(text).input_ids == tok.encode(text)
+    assert hf_tok.decode(tok.encode(text)) == text
+    assert load_tokenizer(out).encode(text) == tok.encode(text)
+    gen_cfg = json.loads((out / "generation_config.json").read_text())
+    assert gen_cfg["eos_token_id"] == gen_cfg["pad_token_id"] == 256
+
+
+def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok, tmp_path):
+    """trust_remote_code=True in a fresh interpreter where angpt cannot be imported: only torch + transformers."""
+    src = str(Path(angpt.__file__).resolve().parent.parent)
+    x = ids(tok)
+    spec = {"ids": x.tolist(), "exports": {a: str(exports[a]) for a in ("ngpt", "angpt")}}
+    (tmp_path / "in.json").write_text(json.dumps(spec))
+    # -I drops PYTHONPATH and the cwd; the editable install's path entry is removed, and a finder refuses angpt
+    # in case it is installed into site-packages itself (as it is for a wheel install).
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, json, os, sys
+        sys.path = [p for p in sys.path if os.path.realpath(p or ".") != {src!r}]
+
+        class NoAngpt(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "angpt":
+                    raise ModuleNotFoundError("angpt is not installed here", name=name)
+
+        sys.meta_path.insert(0, NoAngpt())
+        try:
+            import angpt
+            blocked = False
+        except ImportError:
+            blocked = True
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        spec = json.load(open("in.json"))
+        x = torch.tensor(spec["ids"])
+        res = {{"blocked": blocked}}
+        for name, path in spec["exports"].items():
+            m = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            with torch.no_grad():
+                logits = m(x).logits
+            g = lambda c: m.generate(x, max_new_tokens=12, do_sample=False, use_cache=c)[:, x.shape[1]:].tolist()
+            t = AutoTokenizer.from_pretrained(path)
+            res[name] = dict(module=type(m).__module__, logits=logits.tolist(), cached=g(True), uncached=g(False),
+                             eos=t.eos_token_id, enc=t("héllo").input_ids)
+        res["angpt_loaded"] = sorted(k for k, v in sys.modules.items() if v is not None and k.split(".")[0] == "angpt")
+        json.dump(res, open("out.json", "w"))
+        """
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "out.json").read_text())
+    assert res["blocked"], "angpt was importable in the subprocess; the test would prove nothing"
+    assert res["angpt_loaded"] == []
+    for arch in ("ngpt", "angpt"):
+        r = res[arch]
+        assert r["module"].startswith("transformers_modules.")
+        folded = angpt.fold_for_inference(models[arch])
+        with torch.no_grad():
+            assert torch.allclose(torch.tensor(r["logits"]), folded(x)[0], atol=1e-5)
+        assert r["cached"] == r["uncached"] == generate(folded, x, max_new_tokens=12, temperature=0)[:, 20:].tolist()
+        assert r["eos"] == tok.eos_id and r["enc"] == tok.encode("héllo")
+
+
+def test_bf16_export(models, tok, tmp_path):
+    out = export_hf(models["angpt"], tmp_path / "bf16", tok, dtype="bfloat16")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert hf.lm_head.weight.dtype == torch.bfloat16
+    x = ids(tok)
+    with torch.no_grad():
+        ref = angpt.fold_for_inference(models["angpt"])(x)[0]
+        got = hf(x).logits.float()
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+
+
+def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
+    gpt = models["gpt+"]
+    with pytest.raises(UserError, match="unknown export format 'onnx'"):
+        export_hf(gpt, tmp_path / "a", format="onnx")
+    with pytest.raises(UserError, match="unknown export dtype"):
+        export_hf(gpt, tmp_path / "a", dtype="int3")
+    with pytest.raises(UserError, match="exports as 'folded', not 'qwen3'"):
+        export_hf(models["angpt"], tmp_path / "a", format="qwen3")
+    with pytest.raises(UserError, match="DyT"):
+        export_hf(angpt.build_model("gpt+", "tiny", norm="dyt"), tmp_path / "a")
+    assert os.listdir(tmp_path) == []
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not empty and is not a previous angpt export"):
+        export_hf(gpt, busy, tok)
+    assert os.listdir(busy) == ["notes.txt"]
+
+    # A failure while writing leaves a previous export as it was, and no temporary folder behind.
+    prev = export_hf(gpt, tmp_path / "prev", tok)
+    before = {p.name: p.read_bytes() for p in prev.iterdir()}
+
+    def disk_full(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export_mod, "_save_weights", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        export_hf(models["angpt"], prev, tok)
+    with pytest.raises(OSError, match="disk full"):
+        export_hf(models["angpt"], tmp_path / "fresh", tok)
+    assert {p.name: p.read_bytes() for p in prev.iterdir()} == before
+    assert sorted(os.listdir(tmp_path)) == ["busy", "prev"]
+    monkeypatch.undo()
+
+    # Re-exporting over a previous export replaces it; an empty folder is fine too.
+    export_hf(models["angpt"], prev, tok)
+    assert json.loads((prev / "config.json").read_text())["model_type"] == "angpt_folded"
+    assert json.loads((prev / MARKER).read_text())["arch"] == "angpt"
+    (tmp_path / "empty").mkdir()
+    export_hf(gpt, tmp_path / "empty")
+    assert sorted(os.listdir(tmp_path)) == ["busy", "empty", "prev"]
+
+
+def test_import_hf_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="no config.json"):
+        import_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="'bert'"):
+        import_hf(tmp_path)
