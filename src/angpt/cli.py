@@ -90,6 +90,93 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------ generate / export / eval
+def _load(checkpoint: str, device: str | None = None):
+    from angpt.train.checkpoint import load_checkpoint_model
+
+    model, tokenizer = load_checkpoint_model(checkpoint, device=device or "cpu")
+    if tokenizer is None:
+        raise UserError(f"checkpoint {checkpoint} carries no tokenizer (tokenizer.json); re-save it from a run")
+    return model, tokenizer
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from angpt.infer import sample_stream
+
+    model, tokenizer = _load(args.checkpoint, args.device)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    n_prompt = len(tokenizer.encode(prompt))
+    if n_prompt >= model.config.context_length:
+        raise UserError(
+            f"the prompt is {n_prompt} tokens, the model's context is {model.config.context_length}; shorten it"
+        )
+    max_new = min(args.max_new_tokens, model.config.context_length - n_prompt)
+    sys.stdout.write(prompt if args.echo else "")
+    for piece in sample_stream(
+        model,
+        tokenizer,
+        prompt,
+        max_new_tokens=max_new,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop=args.stop,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format != "hf":
+        raise UserError(f"unknown export format {args.format!r}; use: hf")
+    from angpt.hf.export import export_hf
+
+    model, tokenizer = _load(args.checkpoint)
+    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format)
+    print(f"exported {model.config.arch} to {out} (load with transformers' AutoModelForCausalLM)")
+    return 0
+
+
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from angpt.hf.export import import_hf
+    from angpt.train.checkpoint import save_checkpoint
+
+    model = import_hf(args.path)
+    if not hasattr(model, "constraint_groups") or model.__class__.__name__ == "FoldedLM":
+        raise UserError("only Qwen3/Llama-shaped checkpoints import as trainable GPT+/GPT models")
+    state = {"model_config": model.config.to_dict(), "imported_from": str(args.path), "tokens": 0}
+    out = save_checkpoint(args.out, 0, model.state_dict(), {}, state, tokenizer_dir=args.path, keep_last=0)
+    print(f"imported {args.path} as {model.config.arch} into {out}; continue with angpt train --init_from {out}")
+    return 0
+
+
+def _limit(value: float | None) -> int | float | None:
+    """lm-eval's limit: a document count when >= 1, else a fraction."""
+    return int(value) if value is not None and value >= 1 else value
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from angpt.infer.harness import evaluate_tasks
+
+    model, tokenizer = _load(args.checkpoint, args.device)
+    results = evaluate_tasks(
+        model, tokenizer, args.tasks, include_path=args.include, limit=_limit(args.limit), batch_size=args.batch_size
+    )
+    table = results.get("results", {})
+    for task, metrics in table.items():
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"{task}: {shown}")
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(json.dumps({"results": table, "checkpoint": args.checkpoint}, indent=2, default=str))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
     import platform
@@ -155,6 +242,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dist", default=None, choices=["ddp", "fsdp"])
     s.add_argument("--resume", default=None, help="auto | PATH")
     s.set_defaults(func=cmd_train, accepts_extra=True)
+
+    s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)")
+    s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
+    s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
+    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--top-k", type=int, default=None)
+    s.add_argument("--top-p", type=float, default=None)
+    s.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--no-cache", action="store_true", help="recompute the prefix every step (reference path)")
+    s.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
+    s.add_argument("--device", default=None)
+    s.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)")
+    s.add_argument("checkpoint")
+    s.add_argument("out")
+    s.add_argument("--format", default="hf", help="hf (Hugging Face transformers)")
+    s.add_argument("--hf-format", default="auto", help="auto | qwen3 | llama | folded")
+    s.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("import-hf", help="import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint")
+    s.add_argument("path")
+    s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
+    s.set_defaults(func=cmd_import_hf)
+
+    s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint")
+    s.add_argument("checkpoint")
+    s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline)")
+    s.add_argument("--limit", type=float, default=None)
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--out", default=None, help="write the results as JSON")
+    s.add_argument("--device", default=None)
+    s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("bench", help="side-by-side benchmarks (step: training step and folded inference)")
     s.add_argument("what", choices=["step"])

@@ -176,12 +176,19 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any]) -> str:
         if m >= 1:
             parts.append(f"{label} reaches {b}'s loss with {m:.2f}x fewer tokens ({spread})")
         else:
-            parts.append(f"{label} needs {1 / m:.2f}x as many tokens as {b} to reach its loss ({spread})")
-        out = sp["n_comparisons"] - sp["n_exact"] - sp["n_extrapolated"]
+            parts.append(
+                f"{label} needs {1 / m:.2f}x as many tokens as {b} to reach its loss (speedup {m:.2f}x, {spread})"
+            )
+        n = sp["n_comparisons"]
         if sp["n_extrapolated"]:
-            parts[-1] += f" [{sp['n_extrapolated']} of {sp['n_comparisons']} points extrapolated]"
-        if out:
-            parts[-1] += f" [{out} of {sp['n_comparisons']} points outside the budget range left out]"
+            parts[-1] += f" [{sp['n_extrapolated']} of {n} points extrapolated]"
+        left = []
+        if sp["n_below_range"]:
+            left.append(f"{sp['n_below_range']} below range, speedup >= {sp['lower_bound']:.2f}x")
+        if sp["n_not_reached"]:
+            left.append(f"{sp['n_not_reached']} not reached, speedup < {sp['upper_bound']:.2f}x")
+        if left:
+            parts[-1] += f" [left out of the mean, of {n} points: {'; '.join(left)}]"
     elif sp["n_not_reached"] and not sp["n_below_range"]:
         parts.append(f"{label} does not reach {b}'s loss within its budgets (speedup < {sp['upper_bound']:.2f}x)")
     elif sp["n_below_range"] and not sp["n_not_reached"]:

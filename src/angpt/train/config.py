@@ -47,13 +47,18 @@ class TrainConfig:
     wandb: bool = False
     wandb_project: str = "angpt"
     progress: bool = True
+    # in-loop lm-eval: comma-separated task names, run every `eval_tasks_every` steps (local YAMLs via include)
+    eval_tasks: str | None = None
+    eval_tasks_every: int = 0
+    eval_tasks_include: str | None = None
+    eval_tasks_limit: int | None = None
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_tokens", "micro_batch", "eval_batches", "log_every", "keep_last"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"train.{name}={v!r} must be a positive integer")
-        for name in ("eval_every", "save_every"):
+        for name in ("eval_every", "save_every", "eval_tasks_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"train.{name}={v!r} must be a non-negative integer (0 disables)")
@@ -78,6 +83,7 @@ class RunConfig:
     out: str | None = None
     dist: str = "ddp"
     resume: str | None = None  # None, "auto" or a checkpoint path
+    init_from: str | None = None  # start from these weights (a checkpoint, e.g. from `angpt import-hf`) at step 0
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from angpt.errors import ConfigError, UserError
-from angpt.models import MODEL_CLASSES, apply_constraints, make_config, unwrap
+from angpt.models import MODEL_CLASSES, ModelConfig, apply_constraints, make_config, unwrap
 from angpt.train import checkpoint as ckpt
 from angpt.train.config import RunConfig
 from angpt.train.dist import (
@@ -167,7 +167,13 @@ def train(cfg: RunConfig) -> TrainResult:
     tc = cfg.train
     info = init_distributed(tc.device)
     meta = load_meta(cfg.data)
-    mcfg = resolve_model_config(cfg, meta)
+    if cfg.init_from is not None:  # the model is whatever the checkpoint holds (e.g. an imported Qwen3)
+        ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
+        mcfg = ModelConfig.from_dict(ckpt.read_state(cfg.init_from)["model_config"])
+        if mcfg.arch != cfg.arch:
+            raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
+    else:
+        mcfg = resolve_model_config(cfg, meta)
     check_compatible(meta, mcfg.vocab_size)
     T = tc.seq_len or mcfg.context_length
     if T > mcfg.context_length:
@@ -220,6 +226,10 @@ def train(cfg: RunConfig) -> TrainResult:
         torch.set_rng_state(trainer["rng"]["torch"])
         loader.load_state_dict(state["data"])
         step, tokens = state["step"], state["tokens"]
+    elif cfg.init_from is not None:
+        model_sd = ckpt.load_model_state(cfg.init_from)
+        ckpt.check_fits(base, model_sd, str(cfg.init_from))
+        load_full_state(model, None, model_sd, None)
     train_fn = torch.compile(model) if tc.compile else model
 
     if info.is_main:
@@ -335,6 +345,8 @@ def train(cfg: RunConfig) -> TrainResult:
                 if info.is_main and not info.enabled:
                     xb, _ = next(iter(iter_eval_batches(cfg.data, min(4, tc.micro_batch), T, max_batches=1)))
                     row.update(health_metrics(base, xb.to(info.device)))
+            if tc.eval_tasks and tc.eval_tasks_every and (step % tc.eval_tasks_every == 0 or last):
+                row.update(task_metrics(base, cfg, info))
             if step % tc.log_every == 0 or "val_loss" in row or step == 1:
                 logger.log(row)
             if pbar is not None:
@@ -366,6 +378,32 @@ def train(cfg: RunConfig) -> TrainResult:
         tokens=tokens,
         step_time_median=step_times_sorted[len(step_times_sorted) // 2] if step_times_sorted else None,
     )
+
+
+def task_metrics(model, cfg: RunConfig, info: DistInfo) -> dict[str, float]:
+    """lm-eval tasks on the current model (rank 0 only), as flat `task/<task>/<metric>` scalars."""
+    if not info.is_main or info.enabled:
+        return {}  # the harness runs one process on the whole model; skip it under DDP/FSDP
+    from angpt.data import load_tokenizer
+    from angpt.infer.harness import evaluate_tasks
+
+    tc = cfg.train
+    was_training = model.training
+    results = evaluate_tasks(
+        model.eval(),
+        load_tokenizer(cfg.data),
+        tc.eval_tasks,
+        include_path=tc.eval_tasks_include,
+        limit=tc.eval_tasks_limit,
+        bootstrap_iters=0,
+    )
+    model.train(was_training)
+    out = {}
+    for task, metrics in results.get("results", {}).items():
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)) and "stderr" not in name:
+                out[f"task/{task}/{name.split(',')[0]}"] = float(value)
+    return out
 
 
 def _grad_norm(model) -> torch.Tensor:

@@ -1,0 +1,119 @@
+"""The command line over a trained checkpoint: generate, export, import-hf, eval, info, bench; one-line errors."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from angpt.cli import main
+from angpt.train.checkpoint import load_checkpoint_model
+
+from .test_lm_eval import write_tasks
+from .test_train import TINY, data_dir  # noqa: F401  (the session-scoped dataset fixture)
+
+
+@pytest.fixture(scope="module")
+def run_dir(data_dir, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert (
+        main(["train", "--arch", "angpt", "--data", str(data_dir), *TINY, "--train.max_steps", "3", "--out", str(out)])
+        == 0
+    )
+    return out
+
+
+def one_line_error(capsys, rc, needle):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_generate_is_deterministic_and_cache_free_path_agrees(run_dir, capsys):
+    args = ["generate", str(run_dir), "--prompt", "the quick", "--max-new-tokens", "12", "--temperature", "0"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args + ["--no-cache"]) == 0
+    assert capsys.readouterr().out == first and len(first.strip()) > 0
+
+
+def test_generate_prompt_longer_than_context(run_dir, capsys):
+    one_line_error(capsys, main(["generate", str(run_dir), "--prompt", "x" * 500]), "context")
+
+
+def test_export_and_import_round_trip(run_dir, tmp_path, capsys):
+    out = tmp_path / "hf"
+    assert main(["export", str(run_dir), str(out), "--format", "hf"]) == 0
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    one_line_error(capsys, main(["export", str(run_dir), str(tmp_path / "x"), "--format", "onnx"]), "onnx")
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("keep me")
+    one_line_error(capsys, main(["export", str(run_dir), str(tmp_path / "busy")]), "busy")
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "keep me"
+
+
+def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):  # noqa: F811
+    gpt_run = tmp_path / "gpt"
+    assert (
+        main(
+            ["train", "--arch", "gpt+", "--data", str(data_dir), *TINY, "--train.max_steps", "2", "--out", str(gpt_run)]
+        )
+        == 0
+    )
+    assert main(["export", str(gpt_run), str(tmp_path / "hf")]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "qwen3"
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "imported")]) == 0
+    original, _ = load_checkpoint_model(gpt_run)
+    imported, tok = load_checkpoint_model(tmp_path / "imported")
+    x = torch.tensor([tok.encode("the lazy dog")])
+    assert torch.equal(original(x)[0], imported(x)[0])
+    ckpt = sorted((tmp_path / "imported" / "checkpoints").glob("step_*"))[-1]
+    cont = tmp_path / "continued"
+    assert (
+        main(
+            [
+                "train",
+                "--arch",
+                "gpt+",
+                "--data",
+                str(data_dir),
+                *TINY,
+                "--train.max_steps",
+                "1",
+                "--init_from",
+                str(ckpt),
+                "--out",
+                str(cont),
+            ]
+        )
+        == 0
+    )
+    first = json.loads((cont / "metrics.jsonl").read_text().splitlines()[0])
+    fresh = json.loads((gpt_run / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["loss"] < fresh["loss"]  # it starts from the imported (trained) weights, not a fresh init
+
+
+def test_eval_on_a_local_task(run_dir, tmp_path, capsys):
+    write_tasks(tmp_path)
+    out = tmp_path / "results.json"
+    assert main(["eval", str(run_dir), "--tasks", "capitals_true", "--include", str(tmp_path), "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert 0.0 <= results["capitals_true"]["acc,none"] <= 1.0
+
+
+def test_missing_or_broken_checkpoint(run_dir, tmp_path, capsys):
+    one_line_error(capsys, main(["generate", str(tmp_path / "nope"), "--prompt", "a"]), "does not exist")
+    broken = tmp_path / "broken"
+    shutil.copytree(sorted((run_dir / "checkpoints").glob("step_*"))[-1], broken)
+    (broken / "model.safetensors").unlink()
+    one_line_error(capsys, main(["export", str(broken), str(tmp_path / "o")]), "model.safetensors")
+    assert not (tmp_path / "o").exists()
+
+
+def test_info_prints_constants(capsys):
+    assert main(["info", "--arch", "angpt", "--preset", "tiny", "--set", "nu_att=sqrt_pos"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["config"]["nu_att"] == "sqrt_pos" and info["constants"]["nu_qkv"] == pytest.approx(2.0)
+    one_line_error(capsys, main(["info", "--arch", "angpt", "--preset", "tiny", "--set", "nu_att=bad"]), "nu_att")

@@ -1,0 +1,336 @@
+"""`angpt compare`: speedup and Welch arithmetic, a whole tiny comparison, resume, parallel jobs, bad input."""
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from angpt.compare import (
+    make_plan,
+    parse_arm,
+    parse_tokens,
+    run_comparison,
+    speedups,
+    split_arms,
+    tokens_to_reach,
+    welch_ttest,
+)
+from angpt.compare import runner as compare_runner
+from angpt.compare.cli import add_compare_parser
+from angpt.compare.stats import betainc, t_sf_two_sided
+from angpt.data import prepare_dataset
+from angpt.errors import ConfigError, UserError
+
+# Two budgets of 4 and 8 steps of 512 tokens (8 sequences of the tiny preset's 64 tokens).
+TINY = dict(
+    budgets=[2048, 4096],
+    preset="tiny",
+    batch_tokens=512,
+    eval_batches=2,
+    eval_points=2,
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    docs = root / "docs"
+    docs.mkdir()
+    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex jumbo plums".split()
+    for i in range(60):
+        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(400))
+        (docs / f"doc{i:03d}.txt").write_text(text + "\n")
+    out = root / "bytes"
+    prepare_dataset(docs, "bytes", out, val_fraction=0.1, progress=False)
+    return out
+
+
+def tiny_plan(data_dir, **kw):
+    args = {**TINY, "arms": ["gpt+", "angpt"], "seeds": [0, 1], "lr_grid": [1, 2], "max_extensions": 1, **kw}
+    return make_plan(data_dir, **args)
+
+
+@pytest.fixture(scope="module")
+def compared(data_dir, tmp_path_factory):
+    """One whole comparison, shared by the tests that inspect or re-run it."""
+    out = tmp_path_factory.mktemp("report") / "rep"
+    plan = tiny_plan(data_dir)
+    report = run_comparison(plan, out, threads=1, progress=False, command="angpt compare (test)")
+    return plan, out, report
+
+
+def cli(*args: str) -> int:
+    """`angpt compare ARGS` with the error handling of angpt.cli.main (one line, exit 2)."""
+    parser = argparse.ArgumentParser(prog="angpt")
+    add_compare_parser(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(["compare", *map(str, args)])
+    try:
+        return ns.func(ns)
+    except UserError as e:
+        print(f"angpt compare: error: {e}", file=__import__("sys").stderr)
+        return 2
+
+
+def snapshot(root: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+# ------------------------------------------------------------------------------------------ arithmetic
+def test_speedup_is_two_when_the_arm_matches_the_baseline_at_twice_the_budget():
+    budgets = [1000, 2000, 4000, 8000]
+    base = [5.0 - 0.5 * math.log2(d / 1000) for d in budgets]  # linear in log tokens
+    cand = [5.0 - 0.5 * math.log2(2 * d / 1000) for d in budgets]  # L_cand(D) = L_base(2D)
+    rows = speedups(budgets, base, cand)
+    assert [r.reach.status for r in rows] == ["below_range", "exact", "exact", "exact"]
+    assert [r.speedup for r in rows[1:]] == pytest.approx([2.0, 2.0, 2.0])
+    # Below range: the arm beats the baseline's smallest-budget loss at its own smallest budget, so the
+    # speedup there is only known to be at least D_0 / D_0 -- reported as a bound, not a value.
+    assert rows[0].reach.tokens == 1000 and rows[0].speedup == 1.0
+
+
+def test_interpolation_is_linear_in_log_tokens():
+    # Halfway in loss between 1000 and 4000 tokens is the geometric mean 2000, not the arithmetic 2500.
+    reach = tokens_to_reach([1000, 4000], [4.0, 3.0], 3.5)
+    assert reach.status == "exact" and reach.tokens == pytest.approx(2000.0)
+    assert tokens_to_reach([1000, 4000], [4.0, 3.0], 3.0).tokens == pytest.approx(4000.0)
+    # A noisy curve: the first crossing from above counts.
+    assert tokens_to_reach([1, 2, 4, 8], [5.0, 3.9, 4.1, 3.0], 4.0).tokens == pytest.approx(2 ** (1 / 1.1))
+
+
+def test_an_arm_that_never_reaches_the_baseline_is_not_extrapolated_silently():
+    budgets = [1000, 2000, 4000]
+    base = [4.0, 3.5, 3.0]
+    worse = [4.5, 4.2, 3.9]
+    rows = speedups(budgets, base, worse)
+    assert rows[0].reach.status == "exact"  # 4.0 lies between 4.2 and 3.9
+    assert [r.reach.status for r in rows[1:]] == ["not_reached", "not_reached"]
+    assert all(r.reach.tokens == 4000 for r in rows[1:])  # a bound: more than the largest budget
+    assert rows[2].speedup == pytest.approx(1.0)  # "< 1.0x"
+    # Only on request, flagged as such: log-linear from the last segment (slope -0.3 per doubling).
+    ext = tokens_to_reach(budgets, worse, 3.0, extrapolate=True)
+    assert ext.status == "extrapolated" and ext.tokens == pytest.approx(4000 * 2**3)
+    # A diverged run (infinite loss) never reaches anything.
+    assert tokens_to_reach(budgets, [math.inf] * 3, 3.0).status == "not_reached"
+
+
+def test_welch_t_test_matches_known_values():
+    # Wikipedia, "Welch's t-test", example 1: t = -2.46, df = 25.0, p = 0.021 (scipy: -2.45536, 24.9885, 0.021378).
+    a = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
+    b = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
+    w = welch_ttest(a, b)
+    assert w.t == pytest.approx(-2.455356398286006, rel=1e-9)
+    assert w.df == pytest.approx(24.988529290231416, rel=1e-9)
+    assert w.p == pytest.approx(0.021378001462866992, rel=1e-7)
+    # Unequal sizes and variances (scipy.stats.ttest_ind(equal_var=False)).
+    w = welch_ttest([3.10, 3.12, 3.09], [3.05, 3.04, 3.07, 3.06])
+    assert (w.t, w.df, w.p) == pytest.approx((4.42245853964552, 3.9593147751605673, 0.011756015260927118), rel=1e-7)
+    # Closed forms: df=1 is Cauchy, df=2 gives p = 1 - t / sqrt(2 + t^2); I_x(1/2, 1/2) = 2/pi asin(sqrt x).
+    assert t_sf_two_sided(1.0, 1) == pytest.approx(0.5, rel=1e-12)
+    assert t_sf_two_sided(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6), rel=1e-12)
+    assert betainc(0.5, 0.5, 0.2) == pytest.approx(2 / math.pi * math.asin(math.sqrt(0.2)), rel=1e-12)
+    assert betainc(10, 3, 0.8) == pytest.approx(0.5583457484800002, rel=1e-10)
+    assert t_sf_two_sided(1.3, 1e5) == pytest.approx(0.19360396554318013, rel=1e-7)
+    # Undefined: one value per sample, or no variance at all.
+    assert welch_ttest([1.0], [2.0, 3.0]) is None
+    assert welch_ttest([1.0, 1.0], [2.0, 2.0]) is None
+
+
+def test_arm_and_token_syntax():
+    assert parse_tokens("4096") == 4096 and parse_tokens("1M") == 10**6 and parse_tokens("1Mi") == 2**20
+    assert parse_tokens("1.5k") == 1500 and parse_tokens("64Ki") == 65536
+    assert split_arms("gpt+,angpt[nu_att=sqrt_pos,alpha_init=0.01],x=ngpt") == [
+        "gpt+",
+        "angpt[nu_att=sqrt_pos,alpha_init=0.01]",
+        "x=ngpt",
+    ]
+    arm = parse_arm("sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01,train.grad_clip=0.5]")
+    assert (arm.label, arm.arch, arm.model, arm.train) == (
+        "sqrtpos",
+        "angpt",
+        {"nu_att": "sqrt_pos", "alpha_init": 0.01},
+        {"grad_clip": 0.5},
+    )
+    assert parse_arm("ngpt_bounded").model == {"weight_constraint": "bounded"}
+    assert parse_arm("dyt").arch == "gpt+" and parse_arm("dyt").model == {"norm": "dyt"}
+    assert parse_arm("angpt[nu_att=sqrt_pos]").slug == "angpt__nu_att-sqrt_pos"
+    for bad in ("foo", "angpt[bogus=1]", "angpt[train.batch_tokens=1024]", "angpt[nu_att]", "1M"):
+        with pytest.raises(UserError):
+            parse_arm(bad)
+    for bad in ("", "1.5", "-3", "2X", "0"):
+        with pytest.raises(UserError):
+            parse_tokens(bad)
+
+
+# ---------------------------------------------------------------------------------- whole comparisons
+def test_whole_comparison_writes_every_output(compared):
+    plan, out, report = compared
+    for name in (
+        "plan.json",
+        "report.md",
+        "report.json",
+        "val_loss_vs_tokens.png",
+        "final_loss_vs_budget.png",
+        "speedup.png",
+    ):
+        assert (out / name).is_file() and (out / name).stat().st_size > 100, name
+    data = json.loads((out / "report.json").read_text())
+    sweep = {a: data["arms"][a]["sweep"] for a in ("gpt+", "angpt")}
+    for arm, sw in sweep.items():
+        # A two-point grid always has its best at an edge: one extension (max_extensions=1) was run.
+        assert len(sw["rows"]) == 3 and sw["extensions"] == 1, arm
+        assert sw["best_lr"] in [r["lr"] for r in sw["rows"]]
+    angpt = data["arms"]["angpt"]
+    assert [r["budget"] for r in angpt["budgets"]] == [2048, 4096]
+    assert all(r["n"] == 2 and r["val_loss_mean"] > 0 and r["val_bpb_mean"] > 0 for r in angpt["budgets"])
+    assert all("rel_improvement_pct" in r and r["welch"] is not None for r in angpt["budgets"])
+    sp = angpt["speedup"]
+    assert sp["n_comparisons"] == 4 and set(sp["per_seed"]) == {"0", "1"}
+    assert angpt["step_time_ratio"] > 0 and data["arms"]["gpt+"]["step_time_ratio"] == pytest.approx(1.0)
+    # Every arm x budget x seed ran at the arm's best LR; the sweep's own run serves the first budget and seed.
+    for arm in plan.arms:
+        lr = sweep[arm.label]["best_lr"]
+        for b in plan.budgets:
+            for s in plan.seeds:
+                rows = compare_runner.read_rows(plan.run_dir(out, arm, b, s, lr))
+                assert [r["step"] for r in rows] == list(range(1, b // 512 + 1))
+                assert "val_loss" in rows[-1]
+    md = (out / "report.md").read_text()
+    assert "angpt compare (test)" in md and "## Verdict" in md and "p=" in md and "Welch" in md
+    assert report.verdicts and report.verdicts[0].startswith("angpt")
+    assert len(report.trained) == 2 * 3 + 2 * 3  # 3 sweep runs + 3 more main runs per arm
+
+
+def test_rerun_skips_finished_runs_and_finishes_unrecorded_ones(compared, monkeypatch):
+    plan, out, _ = compared
+    from angpt.train import loop
+
+    calls, real = [], loop.train
+
+    def counting_train(cfg):
+        calls.append(cfg.out)
+        return real(cfg)
+
+    # The runner looks train up in angpt.train.loop at call time, so this counts every run it trains.
+    monkeypatch.setattr(loop, "train", counting_train)
+    metrics_before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
+    report = run_comparison(plan, out, threads=1, progress=False)
+    assert calls == [] and report.trained == []
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == metrics_before
+
+    # A run that trained to the end but whose result was never recorded (a crash at the last moment) is
+    # finished by resuming its final checkpoint: train() is called once, and no step is trained again.
+    victim = plan.run_dir(out, plan.arms[0], 2048, 0, 0.002) / "result.json"
+    before = json.loads(victim.read_text())
+    rows_before = (victim.parent / "metrics.jsonl").read_text()
+    victim.unlink()
+    report = run_comparison(plan, out, threads=1, progress=False)
+    assert len(calls) == 1 and len(report.trained) == 1
+    assert (victim.parent / "metrics.jsonl").read_text() == rows_before
+    assert json.loads(victim.read_text())["val_loss"] == before["val_loss"]
+
+
+def test_interrupted_run_is_resumed(data_dir, tmp_path, monkeypatch, compared):
+    from angpt.train import loop
+
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0], lr_grid=[1])
+    real = loop.train
+
+    def interrupted_once(cfg):
+        cfg.train.stop_at = 2  # as if a signal arrived after step 2: a checkpoint is saved, status interrupted
+        return real(cfg)
+
+    monkeypatch.setattr(loop, "train", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        run_comparison(plan, tmp_path / "r", threads=1, progress=False)
+    run_dir = plan.run_dir(tmp_path / "r", plan.arms[0], 2048, 0, 0.002)
+    assert not (run_dir / "result.json").exists() and (run_dir / "checkpoints" / "step_000002").is_dir()
+    monkeypatch.setattr(loop, "train", real)
+    report = run_comparison(plan, tmp_path / "r", threads=1, progress=False)
+    assert [r["step"] for r in compare_runner.read_rows(run_dir)] == [1, 2, 3, 4]
+    # The resumed run ends where an uninterrupted one does (the shared comparison ran the same config).
+    big_plan, big_out, _ = compared
+    same = json.loads((big_plan.run_dir(big_out, big_plan.arms[0], 2048, 0, 0.002) / "result.json").read_text())
+    assert report.arms["gpt+"]["budgets"][0]["val_loss"]["0"] == pytest.approx(same["val_loss"], rel=1e-5)
+
+
+def test_parallel_jobs_give_the_same_runs(data_dir, tmp_path, compared):
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0, 1], lr_grid=[1])
+    report = run_comparison(plan, tmp_path / "par", jobs=2, threads=1, progress=False)
+    assert len(report.trained) == 2 and (tmp_path / "par" / "report.md").is_file()
+    big_plan, big_out, _ = compared
+    same = json.loads((big_plan.run_dir(big_out, big_plan.arms[0], 2048, 0, 0.002) / "result.json").read_text())
+    assert report.arms["gpt+"]["budgets"][0]["val_loss"]["0"] == pytest.approx(same["val_loss"], rel=1e-5)
+
+
+def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys):
+    out = tmp_path / "dry"
+    rc = cli(
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--arms",
+        "gpt+,angpt[nu_att=sqrt_pos]",
+        "--budgets",
+        "2048,4096",
+        "--seeds",
+        "0,1",
+        "--preset",
+        "tiny",
+        "--batch-tokens",
+        "512",
+        "--lr-grid",
+        "1,2",
+        "--eval-batches",
+        "2",
+        "--threads",
+        "1",
+        "--dry-run",
+    )
+    text = capsys.readouterr().out
+    assert rc == 0 and not out.exists()
+    assert "angpt[nu_att=sqrt_pos]" in text and "estimated time" in text and "s/step" in text
+    assert "4 steps" in text and "8 steps" in text
+
+
+# -------------------------------------------------------------------------------------------- bad input
+def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, compared):
+    common = ["--data", data_dir, "--preset", "tiny", "--batch-tokens", "512", "--threads", "1"]
+    cases = [
+        (["--arms", "gpt+,bogus", "--budgets", "2048"], "unknown arm 'bogus'"),
+        (["--arms", "gpt+,angpt", "--budgets", ""], "no token budgets"),
+        (["--arms", "gpt+,angpt", "--budgets", "1000"], "not a whole number of steps"),
+        (["--arms", "gpt+,angpt", "--budgets", "2048", "--baseline", "ngpt"], "baseline 'ngpt'"),
+        # The trainer pads the vocabulary to the dataset's (257 byte ids) unless it is set: set too small, refused.
+        (["--arms", "gpt+,angpt", "--budgets", "2048", "--set", "model.vocab_size=100"], "vocab_size=100"),
+        (["--arms", "gpt+", "--budgets", "2048", "--set", "train.seed=3"], "--seeds"),
+    ]
+    for i, (args, needle) in enumerate(cases):
+        out = tmp_path / f"bad{i}"
+        assert cli(*common, "--out", out, *args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, (args, err)
+        assert not out.exists()
+    with pytest.raises(ConfigError):
+        tiny_plan(data_dir, settings={"model.vocab_size": 100})
+    with pytest.raises(UserError, match="no arms"):
+        tiny_plan(data_dir, arms=[])
+
+    # A report directory holding another plan: refused, untouched.
+    plan, out, _ = compared
+    before = snapshot(out)
+    for other in (tiny_plan(data_dir, seeds=[0, 1, 2]), tiny_plan(data_dir, arms=["gpt+", "angpt[nu_att=none]"])):
+        with pytest.raises(UserError, match="holds a different comparison"):
+            run_comparison(other, out, threads=1, progress=False)
+    assert cli(*common, "--out", out, "--arms", "gpt+,angpt", "--budgets", "2048,8192", "--seeds", "0,1") == 2
+    assert "budgets: [2048, 4096] there, [2048, 8192] here" in capsys.readouterr().err
+    assert snapshot(out) == before
+    stranger = tmp_path / "not_a_report"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not an angpt compare report"):
+        run_comparison(plan, stranger, threads=1, progress=False)
+    assert os.listdir(stranger) == ["notes.txt"]
