@@ -4,6 +4,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,19 @@ def compared(data_dir, tmp_path_factory):
 
 
 def cli(*args: str) -> int:
-    """`angpt compare ARGS` with the error handling of angpt.cli.main (one line, exit 2)."""
+    """`angpt compare ARGS`: through angpt.cli.main once it registers the verb, else the same error handling."""
+    from angpt import cli as angpt_cli
+
+    verbs = [a for a in angpt_cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    if verbs and "compare" in verbs[0].choices:
+        return angpt_cli.main(["compare", *map(str, args)])
     parser = argparse.ArgumentParser(prog="angpt")
     add_compare_parser(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args(["compare", *map(str, args)])
     try:
         return ns.func(ns)
     except UserError as e:
-        print(f"angpt compare: error: {e}", file=__import__("sys").stderr)
+        print(f"angpt compare: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -164,6 +170,34 @@ def test_arm_and_token_syntax():
             parse_tokens(bad)
 
 
+def test_sweep_extends_an_edge_optimum_and_records_it(data_dir):
+    class FakeRunner:  # losses from a formula instead of training: a parabola in log2(lr), minimum at 4e-3
+        def __init__(self, loss):
+            self.loss, self.ran = loss, []
+
+        def run(self, specs):
+            self.ran += [s for s in specs if s not in self.ran]
+
+        def known(self, spec):
+            loss = self.loss(spec.lr)
+            return {"status": "finished" if math.isfinite(loss) else "diverged", "val_loss": loss}
+
+    parabola = lambda lr: 3.0 + math.log2(lr / 4e-3) ** 2  # noqa: E731
+    plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=3)
+    sw = compare_runner.run_sweeps(plan, FakeRunner(parabola))["angpt"]
+    assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best == 4e-3 and sw.extensions == 2 and not sw.at_edge
+    plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=1)
+    sw = compare_runner.run_sweeps(plan, FakeRunner(parabola))["angpt"]
+    assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best == 4e-3 and sw.at_edge  # unfinished: reported as such
+    # Every LR diverging moves the grid down; the best is the highest LR that trains.
+    plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-2}, lr_grid=[1, 2], max_extensions=3)
+    runner = FakeRunner(lambda lr: math.inf if lr > 3e-3 else 3.0 - lr)
+    sw = compare_runner.run_sweeps(plan, runner)["angpt"]
+    assert sw.grid == [1.25e-3, 2.5e-3, 5e-3, 1e-2, 2e-2] and sw.extensions == 3
+    assert sw.best == 2.5e-3 and sw.losses[1e-2] is None and not sw.at_edge
+    assert compare_runner.main_specs(plan, {"angpt": sw})[0].lr == 2.5e-3
+
+
 # ---------------------------------------------------------------------------------- whole comparisons
 def test_whole_comparison_writes_every_output(compared):
     plan, out, report = compared
@@ -197,6 +231,15 @@ def test_whole_comparison_writes_every_output(compared):
                 rows = compare_runner.read_rows(plan.run_dir(out, arm, b, s, lr))
                 assert [r["step"] for r in rows] == list(range(1, b // 512 + 1))
                 assert "val_loss" in rows[-1]
+    # Same tokens in the same order for every arm: dataset, batch, sequence, seed and evaluation are shared.
+    shared = ("batch_tokens", "seq_len", "micro_batch", "seed", "max_steps", "eval_batches", "eval_every", "dtype")
+    for b in plan.budgets:
+        for s in plan.seeds:
+            cfgs = [
+                json.loads((plan.run_dir(out, a, b, s, sweep[a.label]["best_lr"]) / "config.json").read_text())["run"]
+                for a in plan.arms
+            ]
+            assert len({(c["data"], *(c["train"][k] for k in shared), c["train"]["stop_at"]) for c in cfgs}) == 1
     md = (out / "report.md").read_text()
     assert "angpt compare (test)" in md and "## Verdict" in md and "p=" in md and "Welch" in md
     assert report.verdicts and report.verdicts[0].startswith("angpt")
@@ -327,6 +370,12 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
             run_comparison(other, out, threads=1, progress=False)
     assert cli(*common, "--out", out, "--arms", "gpt+,angpt", "--budgets", "2048,8192", "--seeds", "0,1") == 2
     assert "budgets: [2048, 4096] there, [2048, 8192] here" in capsys.readouterr().err
+    assert snapshot(out) == before
+    # A comparison still running in the same report directory (its pid in .lock) is not disturbed.
+    (out / ".lock").write_text(str(os.getppid()))
+    with pytest.raises(UserError, match="another angpt compare"):
+        run_comparison(plan, out, threads=1, progress=False)
+    (out / ".lock").unlink()
     assert snapshot(out) == before
     stranger = tmp_path / "not_a_report"
     stranger.mkdir()

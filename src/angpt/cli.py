@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None)
     s.set_defaults(func=cmd_bench)
 
+    from angpt.compare.cli import add_compare_parser
+
+    add_compare_parser(sub)
     return p
 
 

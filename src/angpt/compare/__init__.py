@@ -100,19 +100,7 @@ def run_comparison(
     threads (default: cores // jobs). A `report_dir` holding another plan is refused (UserError) untouched.
     `dry_run` prints the planned runs and a measured time estimate and writes nothing.
     """
-    from angpt.compare.report import write_report
-    from angpt.compare.runner import (
-        PLAN_FILE,
-        Runner,
-        _Progress,
-        _write_json,
-        check_report_dir,
-        cpu_cores,
-        describe_dry_run,
-        load_record,
-        main_specs,
-        run_sweeps,
-    )
+    from angpt.compare.runner import PLAN_FILE, ReportLock, _write_json, check_report_dir, cpu_cores, describe_dry_run
     from angpt.errors import UserError
 
     if not isinstance(jobs, int) or jobs < 1:
@@ -128,8 +116,15 @@ def run_comparison(
         return Report(report_dir=report_dir, plan=plan, dry_run=True, estimate=est)
 
     report_dir.mkdir(parents=True, exist_ok=True)
-    if not exists:
-        _write_json(report_dir / PLAN_FILE, plan.to_dict())
+    with ReportLock(report_dir):
+        if not exists:
+            _write_json(report_dir / PLAN_FILE, plan.to_dict())
+        return _run_locked(plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command)
+
+
+def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: bool, command: str) -> Report:
+    from angpt.compare.report import write_report
+    from angpt.compare.runner import Runner, _Progress, load_record, main_specs, run_sweeps
 
     # The bar counts tokens: the sweep grids plus every main run (the sweep's best run doubles as one), with
     # runs already finished in an earlier invocation counted as done.

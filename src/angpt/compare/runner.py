@@ -405,11 +405,11 @@ def run_sweeps(plan: Plan, runner: Runner, on_extension: Callable[[int], None] |
             grid = grids[a.label]
             losses = {lr: _loss(runner.known(RunSpec(a.label, b, s, lr))) for lr in grid}
             finite = {lr: v for lr, v in losses.items() if math.isfinite(v)}
-            # Every LR diverged: the rates are too high, so the only sensible direction is down.
             best = min(finite, key=lambda lr: (finite[lr], lr)) if finite else None
-            edge = 0 if best is None else (-1 if best == grid[0] else (1 if best == grid[-1] else 0))
             if best is None:
-                edge = -1
+                edge = -1  # every LR diverged: the rates are too high, so the only sensible direction is down
+            else:
+                edge = -1 if best == grid[0] else (1 if best == grid[-1] else 0)
             at_edge = len(grid) > 1 and edge != 0
             if at_edge and extensions[a.label] < plan.max_extensions:
                 new = Plan.extend(grid, edge)
@@ -451,16 +451,66 @@ def check_report_dir(plan: Plan, report_dir: Path) -> bool:
         except (OSError, json.JSONDecodeError) as e:
             raise UserError(f"{path} is unreadable ({e}); use another --out") from e
         mine = plan.identity()
-        theirs = Plan.from_dict(stored).identity() if "arms" in stored else stored
+        try:
+            theirs = Plan.from_dict(stored).identity()
+        except (TypeError, KeyError, AttributeError):  # written by another angpt version: compare the raw keys
+            theirs = {k: v for k, v in stored.items() if k not in ("data", "device", "extrapolate")}
         if theirs != mine:
             raise UserError(
                 f"{report_dir} holds a different comparison ({_difference(theirs, mine)}); "
                 "use another --out, or repeat that comparison's options"
             )
         return True
-    if report_dir.exists() and (not report_dir.is_dir() or any(report_dir.iterdir())):
+    if report_dir.exists() and (not report_dir.is_dir() or any(p.name != ".lock" for p in report_dir.iterdir())):
         raise UserError(f"{report_dir} exists and is not an angpt compare report (no {PLAN_FILE}); use another --out")
     return False
+
+
+class ReportLock:
+    """REPORT/.lock holding our pid while we run: two comparisons writing one report would corrupt it.
+
+    A lock whose process is gone (a crash, a killed job) is taken over.
+    """
+
+    def __init__(self, report_dir: Path) -> None:
+        self.path = report_dir / ".lock"
+        self.held = False
+
+    def __enter__(self) -> ReportLock:
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _alive(pid):
+                    raise UserError(
+                        f"another angpt compare (pid {pid}) is running in {self.path.parent}; wait for it or stop it"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.held = True
+            return self
+        raise UserError(f"cannot take the lock {self.path}; remove it if no comparison is running")
+
+    def __exit__(self, *exc) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
@@ -503,13 +553,19 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
     meta = load_meta(plan.data)
     out: dict[str, float] = {}
     setup: dict[str, float] = {}
+    device = torch.device("cuda" if plan.device == "auto" and torch.cuda.is_available() else "cpu")
+    if plan.device not in ("auto", "cpu"):
+        device = torch.device(plan.device)
     try:
+        # An untimed first build pays the process's one-off costs (lazy imports, optimizer set-up), which a
+        # comparison pays once, not per run.
+        cfg0 = load_run_config(None, plan.run_overrides(plan.arms[0], plan.budgets[0], plan.seeds[0], 1e-3, "-"))
+        warm = MODEL_CLASSES[cfg0.arch](resolve_model_config(cfg0, meta)).to(device)
+        make_optimizer(warm, cfg0.arch, 1e-3, max_steps=100)
+        del warm
         for arm in plan.arms:
             t_setup = time.perf_counter()
             cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
-            device = torch.device("cuda" if plan.device == "auto" and torch.cuda.is_available() else "cpu")
-            if plan.device not in ("auto", "cpu"):
-                device = torch.device(plan.device)
             mcfg = resolve_model_config(cfg, meta)
             torch.manual_seed(0)
             model = MODEL_CLASSES[mcfg.arch](mcfg).to(device)
@@ -589,8 +645,11 @@ def describe_dry_run(plan: Plan, report_dir: Path, *, jobs: int, threads: int, m
     lines.append("runs at each arm's best LR (the sweep's own run counts for the smallest budget and first seed):")
     for a in plan.arms:
         for b in plan.budgets:
-            n = len(plan.seeds) - (1 if b == plan.sweep_budget else 0)
-            lines.append(f"  {a.label:<24} {format_tokens(b):>8} tokens = {plan.steps(b):>6} steps x {n} seed(s)")
+            shared = " (one is the sweep's run)" if b == plan.sweep_budget else ""
+            lines.append(
+                f"  {a.label:<24} {format_tokens(b):>8} tokens = {plan.steps(b):>6} steps x {len(plan.seeds)} "
+                f"seed(s){shared}"
+            )
             dr.main += [(a.label, b, s) for s in plan.seeds if not (b == plan.sweep_budget and s == plan.sweep_seed)]
     if measure:
         dr.step_times, dr.setup_times = measure_step_times(plan, threads)
