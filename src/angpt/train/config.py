@@ -15,7 +15,7 @@ from angpt.models.config import ARCHS, PRESETS, ModelConfig
 
 # Default peak learning rates for the demo scale. nGPT and anGPT want several times GPT+'s rate (SPEC.md
 # section 4); `angpt compare` tunes each arm's rate by its own sweep instead of relying on these.
-DEFAULT_LR = {"gpt": 2e-3, "gpt+": 2e-3, "ngpt": 8e-3, "angpt": 8e-3}
+DEFAULT_LR = {"gpt": 2e-3, "gpt+": 2e-3, "ngpt": 8e-3, "angpt": 4e-3}
 
 
 @dataclass
