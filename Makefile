@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test lint format bench constraints clean
+.PHONY: install demo train-demo test lint format bench constraints clean
 
 install: $(STAMP)
 
@@ -21,9 +21,18 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev]"
 	touch $(STAMP)
 
+# The main job: a small GPT+ vs anGPT comparison on the embedded corpus (~10 min on 2 CPU cores). It is a smoke
+# test of the pipeline, not evidence: see benchmarks/ for the larger comparisons. Re-running resumes.
 demo: $(STAMP)
-	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA)
-	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out $(OUT)/angpt --resume auto
+	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
+	$(BIN)/angpt compare --data $(DATA) --out $(OUT) --arms gpt+,angpt --baseline gpt+ \
+		--budgets 128Ki,256Ki --seeds 0 --lr-grid 1 --preset demo --batch-tokens 8192 --micro-batch 16 \
+		--eval-batches 8
+	@cat $(OUT)/report.md
+
+train-demo: $(STAMP)
+	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
+	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out runs/train-demo --resume auto
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
