@@ -117,3 +117,42 @@ def test_info_prints_constants(capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["config"]["nu_att"] == "sqrt_pos" and info["constants"]["nu_qkv"] == pytest.approx(2.0)
     one_line_error(capsys, main(["info", "--arch", "angpt", "--preset", "tiny", "--set", "nu_att=bad"]), "nu_att")
+
+
+def test_checkpoint_with_mismatched_shapes(run_dir, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(sorted((run_dir / "checkpoints").glob("step_*"))[-1], bad)
+    state = json.loads((bad / "state.json").read_text())
+    state["model_config"]["d_ff"] = 96  # the stored weights have d_ff = 256
+    (bad / "state.json").write_text(json.dumps(state))
+    one_line_error(capsys, main(["generate", str(bad), "--prompt", "a"]), "shape")
+
+
+def test_in_loop_task_evaluation(data_dir, tmp_path):  # noqa: F811
+    write_tasks(tmp_path)
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "train",
+                "--arch",
+                "gpt+",
+                "--data",
+                str(data_dir),
+                *TINY,
+                "--train.max_steps",
+                "2",
+                "--train.eval_tasks",
+                "capitals_true",
+                "--train.eval_tasks_every",
+                "1",
+                "--train.eval_tasks_include",
+                str(tmp_path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "task/capitals_true/acc" in r] == [1, 2]
