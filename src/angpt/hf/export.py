@@ -201,24 +201,10 @@ def _gpt_files(model: GPT, cfg: ModelConfig, fmt: str):
         hf_config = transformers.Qwen3Config(**qwen3_config_dict(dataclasses.replace(cfg, norm="rmsnorm")))
         hf_config.architectures = ["Qwen3ForCausalLM"]
     else:
+        from angpt.hf.qwen3 import llama_family_config_dict
+
         hf_config = transformers.LlamaConfig(
-            vocab_size=cfg.vocab_size,
-            hidden_size=d,
-            intermediate_size=dff,
-            num_hidden_layers=cfg.n_layers,
-            num_attention_heads=cfg.n_heads,
-            num_key_value_heads=cfg.n_heads,
-            head_dim=cfg.head_dim,
-            max_position_embeddings=cfg.context_length,
-            rms_norm_eps=cfg.norm_eps,
-            rope_theta=cfg.rope_theta,
-            hidden_act=cfg.activation,
-            tie_word_embeddings=False,
-            attention_bias=False,
-            mlp_bias=False,
-            initializer_range=cfg.init_std,
-            bos_token_id=None,
-            eos_token_id=None,
+            **llama_family_config_dict(cfg), mlp_bias=False, bos_token_id=None, eos_token_id=None
         )
         hf_config.architectures = ["LlamaForCausalLM"]
     return sd, hf_config

@@ -20,6 +20,11 @@ def qwen3_config_dict(cfg: ModelConfig) -> dict:
         )
     if cfg.softmax_scale is not None and abs(cfg.softmax_scale - cfg.head_dim**-0.5) > 1e-12:
         raise ConfigError("Qwen3 uses the softmax scale 1/sqrt(head_dim); unset model.softmax_scale to export")
+    return llama_family_config_dict(cfg)
+
+
+def llama_family_config_dict(cfg: ModelConfig) -> dict:
+    """The config keywords Qwen3Config and LlamaConfig share, for a GPT-family config (MHA, no biases)."""
     return dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,

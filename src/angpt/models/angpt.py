@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from angpt.models.base import Block, Context, LanguageModel
+from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
-from angpt.models.layers import Scale, attend, init_unit_rows, merge_heads, split_heads, unit_norm
-from angpt.models.ngpt import _alpha
+from angpt.models.layers import Scale, attend, merge_heads, split_heads, unit_norm
+from angpt.models.ngpt import SphereLM, _alpha
 
 
 class ANGPTBlock(Block):
@@ -83,13 +83,11 @@ class ANGPTBlock(Block):
         return h
 
 
-class ANGPT(LanguageModel):
+class ANGPT(SphereLM):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         self.nu = angpt_constants(config)  # one set of constants, shared by every block
         self.blocks = nn.ModuleList(ANGPTBlock(config, i, self.nu) for i in range(config.n_layers))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
         # nu_att is a persistent buffer so that a checkpoint carries the constants it was trained with
         # (needed for `calibrated`; harmless otherwise).
         self.register_buffer("nu_att", self.nu.nu_att.clone())
@@ -105,16 +103,6 @@ class ANGPT(LanguageModel):
         for b in self.blocks:
             rows += [(b.qkv.weight, 1), (b.proj.weight, 1), (b.up.weight, 1), (b.down.weight, 1)]
         return {self.config.effective_weight_constraint: rows}
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        for weights in self.constraint_groups().values():
-            for w, dim in weights:
-                init_unit_rows(w, dim)
-
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        # logits = s_z * (W_out h), with s_z applied to W_out's [V, d] rows rather than the [B, T, V] logits
-        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))
 
 
 @torch.no_grad()

@@ -66,12 +66,30 @@ class NGPTBlock(Block):
         return h
 
 
-class NGPT(LanguageModel):
+class SphereLM(LanguageModel):
+    """What nGPT and anGPT share: an LM head scaled by the learned s_z, and unit-row init of every matrix."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for weights in self.constraint_groups().values():
+            for w, dim in weights:
+                init_unit_rows(w, dim)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        # logits = s_z * (W_out h), s_z applied to W_out's [V, d] rows rather than the [B, T, V] logits;
+        # no final norm
+        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))
+
+
+class NGPT(SphereLM):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         self.blocks = nn.ModuleList(NGPTBlock(config, i) for i in range(config.n_layers))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
         self.reset_parameters()
 
     def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
@@ -81,13 +99,3 @@ class NGPT(LanguageModel):
         for b in self.blocks:
             along_d += [(b.qkv.weight, 1), (b.up.weight, 1), (b.proj.weight, 0), (b.down.weight, 0)]
         return {self.config.effective_weight_constraint: along_d}
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        for weights in self.constraint_groups().values():
-            for w, dim in weights:
-                init_unit_rows(w, dim)
-
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        # logits = s_z * (W_out h), s_z on W_out's rows; no final norm (h is already unit norm)
-        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))
