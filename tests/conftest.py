@@ -14,3 +14,36 @@ import torch  # noqa: E402
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for the module: two OpenMP threads on a busy 2-core machine are far slower for tiny models."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from angpt.data import make_tokenizer
+
+    return make_tokenizer("bytes")
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """A small byte-level dataset: 60 documents of shuffled pangram words, 10% of them for validation."""
+    from angpt.data import prepare_dataset
+
+    root = tmp_path_factory.mktemp("corpus")
+    docs = root / "docs"
+    docs.mkdir()
+    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex jumbo plums".split()
+    for i in range(60):
+        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(400))
+        (docs / f"doc{i:03d}.txt").write_text(text + "\n")
+    out = root / "bytes"
+    prepare_dataset(docs, "bytes", out, val_fraction=0.1, progress=False)
+    return out

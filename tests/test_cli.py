@@ -10,11 +10,11 @@ from angpt.cli import main
 from angpt.train.checkpoint import load_checkpoint_model
 
 from .test_lm_eval import write_tasks
-from .test_train import TINY, data_dir  # noqa: F401  (the session-scoped dataset fixture)
+from .test_train import TINY
 
 
 @pytest.fixture(scope="module")
-def run_dir(data_dir, tmp_path_factory):  # noqa: F811
+def run_dir(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "run"
     assert (
         main(["train", "--arch", "angpt", "--data", str(data_dir), *TINY, "--train.max_steps", "3", "--out", str(out)])
@@ -54,7 +54,7 @@ def test_export_and_import_round_trip(run_dir, tmp_path, capsys):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "keep me"
 
 
-def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):  # noqa: F811
+def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):
     gpt_run = tmp_path / "gpt"
     assert (
         main(
@@ -128,7 +128,7 @@ def test_checkpoint_with_mismatched_shapes(run_dir, tmp_path, capsys):
     one_line_error(capsys, main(["generate", str(bad), "--prompt", "a"]), "shape")
 
 
-def test_in_loop_task_evaluation(data_dir, tmp_path):  # noqa: F811
+def test_in_loop_task_evaluation(data_dir, tmp_path):
     write_tasks(tmp_path)
     out = tmp_path / "run"
     assert (

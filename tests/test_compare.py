@@ -22,7 +22,6 @@ from angpt.compare import (
 from angpt.compare import runner as compare_runner
 from angpt.compare.cli import add_compare_parser
 from angpt.compare.stats import betainc, t_sf_two_sided
-from angpt.data import prepare_dataset
 from angpt.errors import ConfigError, UserError
 
 # Two budgets of 4 and 8 steps of 512 tokens (8 sequences of the tiny preset's 64 tokens).
@@ -33,20 +32,6 @@ TINY = dict(
     eval_batches=2,
     eval_points=2,
 )
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    docs = root / "docs"
-    docs.mkdir()
-    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex jumbo plums".split()
-    for i in range(60):
-        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(400))
-        (docs / f"doc{i:03d}.txt").write_text(text + "\n")
-    out = root / "bytes"
-    prepare_dataset(docs, "bytes", out, val_fraction=0.1, progress=False)
-    return out
 
 
 def tiny_plan(data_dir, **kw):

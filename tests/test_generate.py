@@ -4,7 +4,6 @@ import pytest
 import torch
 
 import angpt
-from angpt.data.tokenizer import make_tokenizer
 from angpt.errors import UserError
 from angpt.infer import IncrementalDecoder, generate, generate_batch, sample_stream
 from angpt.infer.generate import forward_hidden, pick_tokens
@@ -17,19 +16,7 @@ TEXT = (
 )
 PROMPTS = ["The quick", "All that glitters", "A", "", "Where there is smoke there"]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Two OpenMP threads on a 2-core machine that is also busy elsewhere are ~50x slower than one for tiny models.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer("bytes")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 import transformers
 
 import angpt
-from angpt.data.tokenizer import load_tokenizer, make_tokenizer
+from angpt.data.tokenizer import load_tokenizer
 from angpt.errors import CheckpointError, UserError
 from angpt.hf import export as export_mod
 from angpt.hf.export import MARKER, export_hf, import_hf
@@ -21,18 +21,7 @@ from angpt.infer import generate
 
 TEXT = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. All that glitters is not gold. "
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # see test_generate.py: tiny models on a shared 2-core CPU
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer("bytes")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def trained(arch, tok, steps=20, **overrides):

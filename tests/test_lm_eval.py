@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import angpt
-from angpt.data.tokenizer import make_tokenizer
 from angpt.errors import UserError
 
 lm_eval = pytest.importorskip("lm_eval")  # the [eval] extra
@@ -26,18 +25,7 @@ CAPITALS = {
     "Cuba": "Havana",
 }
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # see test_generate.py: tiny models on a shared 2-core CPU
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer("bytes")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

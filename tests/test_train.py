@@ -14,7 +14,6 @@ import torch
 from safetensors.torch import load_file
 
 from angpt.cli import main
-from angpt.data import prepare_dataset
 from angpt.train.config import load_run_config
 from angpt.train.loop import TrainingError, train
 
@@ -35,20 +34,6 @@ TINY = [
     "--train.tensorboard",
     "false",
 ]
-
-
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    docs = root / "docs"
-    docs.mkdir()
-    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex jumbo plums".split()
-    for i in range(60):
-        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(400))
-        (docs / f"doc{i:03d}.txt").write_text(text + "\n")
-    out = root / "bytes"
-    prepare_dataset(docs, "bytes", out, val_fraction=0.1, progress=False)
-    return out
 
 
 def run_cli(*args: str) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from angpt.errors import CheckpointError, UserError
+from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.models import GPT, FoldedLM, ModelConfig, fold_for_inference, unwrap
 
 FORMATS = ("auto", "qwen3", "llama", "folded")
@@ -346,32 +346,16 @@ def _tie_if_needed(hf_config, sd: dict[str, torch.Tensor]) -> None:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()
 
 
-@torch.no_grad()
 def _gpt_from_llama(hf_config, sd: dict[str, torch.Tensor]) -> GPT:
-    from angpt.hf.qwen3 import config_from_qwen3
+    from angpt.hf.qwen3 import config_from_qwen3, gpt_from_qwen3_state_dict
     from angpt.models import make_config
 
-    # A Llama config has the same shape fields as Qwen3's; reuse the Qwen3 reader, then drop QK-norm.
+    # A Llama config has the same shape fields as Qwen3's, and its weights Qwen3's names minus QK-norm.
     cfg = make_config("gpt", config_from_qwen3(hf_config))
-    model = GPT(cfg)
-    d = cfg.d_model
     try:
-        model.embed.weight.copy_(sd["model.embed_tokens.weight"])
-        model.final_norm.weight.copy_(sd["model.norm.weight"])
-        model.lm_head.weight.copy_(sd["lm_head.weight"])
-        for i, b in enumerate(model.blocks):
-            p = f"model.layers.{i}."
-            b.attn_norm.weight.copy_(sd[p + "input_layernorm.weight"])
-            b.qkv.weight.copy_(torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
-            b.proj.weight.copy_(sd[p + "self_attn.o_proj.weight"])
-            b.mlp_norm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
-            b.up.weight.copy_(torch.cat([sd[p + "mlp.up_proj.weight"], sd[p + "mlp.gate_proj.weight"]]))
-            b.down.weight.copy_(sd[p + "mlp.down_proj.weight"])
-    except KeyError as e:
-        raise CheckpointError(f"llama checkpoint lacks tensor {e.args[0]}") from e
-    except RuntimeError as e:  # shape mismatch in copy_
-        raise CheckpointError(f"llama checkpoint tensor has the wrong shape for d_model={d}: {e}") from e
-    return model
+        return gpt_from_qwen3_state_dict(cfg, sd)
+    except ConfigError as e:
+        raise CheckpointError(f"llama checkpoint: {e}") from e
 
 
 @torch.no_grad()

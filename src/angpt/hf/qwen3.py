@@ -44,7 +44,7 @@ def llama_family_config_dict(cfg: ModelConfig) -> dict:
 
 
 def to_qwen3_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """Our GPT+ weights under Qwen3ForCausalLM's names (fused qkv and [u; z] split apart)."""
+    """Our GPT+ (GPT) weights under Qwen3ForCausalLM's (LlamaForCausalLM's) names (fused qkv and [u; z] split apart)."""
     d, dff = model.config.d_model, model.config.ffn_dim
     sd = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.final_norm.weight}
     sd["lm_head.weight"] = model.lm_head.weight
@@ -58,13 +58,14 @@ def to_qwen3_state_dict(model: GPT) -> dict[str, torch.Tensor]:
             p + "self_attn.k_proj.weight": k,
             p + "self_attn.v_proj.weight": v,
             p + "self_attn.o_proj.weight": b.proj.weight,
-            p + "self_attn.q_norm.weight": b.q_norm.weight,
-            p + "self_attn.k_norm.weight": b.k_norm.weight,
             p + "post_attention_layernorm.weight": b.mlp_norm.weight,
             p + "mlp.up_proj.weight": u,
             p + "mlp.gate_proj.weight": z,
             p + "mlp.down_proj.weight": b.down.weight,
         }
+        if b.q_norm is not None:  # GPT without QK-norm has the Llama layout: the same names minus these two
+            sd[p + "self_attn.q_norm.weight"] = b.q_norm.weight
+            sd[p + "self_attn.k_norm.weight"] = b.k_norm.weight
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 
@@ -101,7 +102,7 @@ def config_from_qwen3(hf_config) -> ModelConfig:
 
 @torch.no_grad()
 def gpt_from_qwen3_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> GPT:
-    """Build our GPT+ from Qwen3ForCausalLM weights (the inverse of :func:`to_qwen3_state_dict`)."""
+    """Our GPT+ (or GPT, from Llama) from Qwen3ForCausalLM weights: the inverse of :func:`to_qwen3_state_dict`."""
     model = GPT(cfg)
     ours = to_qwen3_state_dict(model)
     missing = sorted(set(ours) - set(sd))
@@ -118,8 +119,9 @@ def gpt_from_qwen3_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> 
         b.attn_norm.weight.copy_(sd[p + "input_layernorm.weight"])
         b.qkv.weight.copy_(torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
         b.proj.weight.copy_(sd[p + "self_attn.o_proj.weight"])
-        b.q_norm.weight.copy_(sd[p + "self_attn.q_norm.weight"])
-        b.k_norm.weight.copy_(sd[p + "self_attn.k_norm.weight"])
+        if b.q_norm is not None:
+            b.q_norm.weight.copy_(sd[p + "self_attn.q_norm.weight"])
+            b.k_norm.weight.copy_(sd[p + "self_attn.k_norm.weight"])
         b.mlp_norm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
         b.up.weight.copy_(torch.cat([sd[p + "mlp.up_proj.weight"], sd[p + "mlp.gate_proj.weight"]]))
         b.down.weight.copy_(sd[p + "mlp.down_proj.weight"])
