@@ -16,11 +16,13 @@ from .test_train import TINY
 @pytest.fixture(scope="module")
 def run_dir(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "run"
-    assert (
-        main(["train", "--arch", "angpt", "--data", str(data_dir), *TINY, "--train.max_steps", "3", "--out", str(out)])
-        == 0
-    )
+    assert train("angpt", data_dir, out, "--train.max_steps", "3") == 0
     return out
+
+
+def train(arch, data, out, *extra) -> int:
+    """`angpt train` of a tiny model (the shared TINY settings) on `data` into `out`."""
+    return main(["train", "--arch", arch, "--data", str(data), *TINY, "--out", str(out), *map(str, extra)])
 
 
 def one_line_error(capsys, rc, needle):
@@ -56,12 +58,7 @@ def test_export_and_import_round_trip(run_dir, tmp_path, capsys):
 
 def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):
     gpt_run = tmp_path / "gpt"
-    assert (
-        main(
-            ["train", "--arch", "gpt+", "--data", str(data_dir), *TINY, "--train.max_steps", "2", "--out", str(gpt_run)]
-        )
-        == 0
-    )
+    assert train("gpt+", data_dir, gpt_run, "--train.max_steps", "2") == 0
     assert main(["export", str(gpt_run), str(tmp_path / "hf")]) == 0
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "qwen3"
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "imported")]) == 0
@@ -71,25 +68,7 @@ def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):
     assert torch.equal(original(x)[0], imported(x)[0])
     ckpt = sorted((tmp_path / "imported" / "checkpoints").glob("step_*"))[-1]
     cont = tmp_path / "continued"
-    assert (
-        main(
-            [
-                "train",
-                "--arch",
-                "gpt+",
-                "--data",
-                str(data_dir),
-                *TINY,
-                "--train.max_steps",
-                "1",
-                "--init_from",
-                str(ckpt),
-                "--out",
-                str(cont),
-            ]
-        )
-        == 0
-    )
+    assert train("gpt+", data_dir, cont, "--train.max_steps", "1", "--init_from", ckpt) == 0
     first = json.loads((cont / "metrics.jsonl").read_text().splitlines()[0])
     fresh = json.loads((gpt_run / "metrics.jsonl").read_text().splitlines()[0])
     assert first["loss"] < fresh["loss"]  # it starts from the imported (trained) weights, not a fresh init
@@ -131,28 +110,8 @@ def test_checkpoint_with_mismatched_shapes(run_dir, tmp_path, capsys):
 def test_in_loop_task_evaluation(data_dir, tmp_path):
     write_tasks(tmp_path)
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "train",
-                "--arch",
-                "gpt+",
-                "--data",
-                str(data_dir),
-                *TINY,
-                "--train.max_steps",
-                "2",
-                "--train.eval_tasks",
-                "capitals_true",
-                "--train.eval_tasks_every",
-                "1",
-                "--train.eval_tasks_include",
-                str(tmp_path),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    extra = ["--train.eval_tasks", "capitals_true", "--train.eval_tasks_every", "1"]
+    extra += ["--train.eval_tasks_include", tmp_path, "--train.max_steps", "2"]
+    assert train("gpt+", data_dir, out, *extra) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "task/capitals_true/acc" in r] == [1, 2]

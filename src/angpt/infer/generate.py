@@ -210,20 +210,13 @@ def generate(
     input_ids: torch.Tensor,
     *,
     max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_id: int | None = None,
-    stop_ids: Iterable[int] | None = None,
-    stop: StopFn | None = None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
-    attention_mask: torch.Tensor | None = None,
     stream: StreamFn | None = None,
-    pad_id: int | None = None,
+    **options: Any,
 ) -> torch.Tensor:
     """Extend each row of `input_ids` [B, T] by up to `max_new_tokens` tokens; returns [B, T + steps].
+
+    `options` are :func:`iter_tokens`' keywords (temperature, top_k, top_p, eos_id, stop_ids, stop, seed,
+    generator, use_cache, attention_mask, pad_id):
 
     - `temperature` 0 is greedy; otherwise tokens are sampled from softmax(logits / temperature) after the
       optional `top_k` and nucleus `top_p` cuts. `seed` (or a `generator`) makes sampling reproducible.
@@ -238,22 +231,7 @@ def generate(
     Raises UserError when a prompt + max_new_tokens does not fit the context length.
     """
     steps = []
-    for tok, _ in iter_tokens(
-        model,
-        input_ids,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        eos_id=eos_id,
-        stop_ids=stop_ids,
-        stop=stop,
-        seed=seed,
-        generator=generator,
-        use_cache=use_cache,
-        attention_mask=attention_mask,
-        pad_id=pad_id,
-    ):
+    for tok, _ in iter_tokens(model, input_ids, max_new_tokens=max_new_tokens, **options):
         steps.append(tok)
         if stream is not None:
             stream(tok)
