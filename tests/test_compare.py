@@ -31,6 +31,7 @@ TINY = dict(
     batch_tokens=512,
     eval_batches=2,
     eval_points=2,
+    dtype="fp32",  # forced: `auto` would pick bf16 on some machines and fp32 on others
 )
 
 

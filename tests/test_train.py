@@ -33,6 +33,8 @@ TINY = [
     "false",
     "--train.tensorboard",
     "false",
+    "--train.dtype",  # forced: `auto` would pick bf16 on some machines and fp32 on others
+    "fp32",
 ]
 
 

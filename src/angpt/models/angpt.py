@@ -41,9 +41,10 @@ class ANGPTBlock(Block):
         self.alpha_M = _alpha(cfg)
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
-        nu, dt, rec = self.nu, h.dtype, self.recorder is not None
+        nu, rec = self.nu, self.recorder is not None
         # q, k, v = nu_qkv * W_{q,k,v} h. v's nu_qkv is applied after SDPA (linear in v), merged with nu_att.
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
+        dt = q.dtype  # the branch's compute dtype (bf16 under autocast); the residual stream keeps h.dtype
         if rec:
             self.record(q=q * nu.nu_qkv, k=k * nu.nu_qkv, v=v * nu.nu_qkv)
         q, k = ctx.rotate(q), ctx.rotate(k)
@@ -64,7 +65,7 @@ class ANGPTBlock(Block):
         x = F.linear(merge_heads(o), self.proj.weight * (n * a * nu.nu_p).unsqueeze(-1).to(self.proj.weight.dtype))
         if rec:
             self.record(attn_out=o, h_A=x / (n * a).to(dt))
-        h = torch.addcmul(x, h, (n * (1 - a)).to(dt))
+        h = torch.addcmul(x.to(h.dtype), h, (n * (1 - a)).to(h.dtype))
         # u = nu_uz W_u h;  z = nu_uz c_z W_z h;  m = nu_act u silu(z);  h_M = nu_d W_d m
         # Applied to the weights' rows: [nu_uz nu_act; nu_uz c_z] on W_uz, nu(a_M) a_M nu_d on W_d.
         w = self.up.weight
@@ -77,7 +78,7 @@ class ANGPTBlock(Block):
         if rec:
             self.record(h_M=x / (n * a).to(dt))
         # h = nu(a_M) (h + a_M (h_M - h))
-        h = torch.addcmul(x, h, (n * (1 - a)).to(dt))
+        h = torch.addcmul(x.to(h.dtype), h, (n * (1 - a)).to(h.dtype))
         if rec:
             self.record(h=h)
         return h

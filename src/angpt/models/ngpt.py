@@ -41,8 +41,8 @@ class NGPTBlock(Block):
         self.alpha_M = _alpha(cfg)
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
-        dt = h.dtype
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
+        dt = q.dtype  # the branch's compute dtype (bf16 under autocast); the residual stream keeps h.dtype
         self.record(q=q, k=k, v=v)
         # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE. Only the product enters the logits,
         # (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale sqrt(d_h) go onto q alone.
@@ -52,16 +52,16 @@ class NGPTBlock(Block):
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         self.record(attn_out=o)
         # h_A = Norm(Attn(h)); h = Norm(h + |a_A| (h_A - h))
-        h_a = unit_norm(self.proj(merge_heads(o)))
-        h = unit_norm(torch.lerp(h, h_a, self.alpha_A().to(dt)))
+        h_a = unit_norm(self.proj(merge_heads(o)).to(h.dtype))
+        h = unit_norm(torch.lerp(h, h_a, self.alpha_A().to(h.dtype)))
         self.record(h_A=h_a)
         # u, z = s_uz * (W_u h), s_uz * (W_z h), s_uz applied to the rows of W_uz (cheaper than to u, z)
         s_uz = (self.s_uz() * self.uz_gain).unsqueeze(-1).to(self.up.weight.dtype)
         u, z = F.linear(h, self.up.weight * s_uz).split(self.d_ff, dim=-1)
         # h_M = Norm(W_d (u * silu(z)));  h = Norm(h + |a_M| (h_M - h))
-        h_m = unit_norm(self.down(u * F.silu(z)))
+        h_m = unit_norm(self.down(u * F.silu(z)).to(h.dtype))
         self.record(h_M=h_m)
-        h = unit_norm(torch.lerp(h, h_m, self.alpha_M().to(dt)))
+        h = unit_norm(torch.lerp(h, h_m, self.alpha_M().to(h.dtype)))
         self.record(h=h)
         return h
 
