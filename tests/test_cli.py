@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from angpt.cli import main
-from angpt.train.checkpoint import load_checkpoint_model
+from angpt.train.checkpoint import load_checkpoint_model, save_checkpoint
 
-from .test_lm_eval import write_tasks
+from .test_lm_eval import memorise_capitals, write_tasks
 from .test_train import TINY
 
 
@@ -74,12 +74,31 @@ def test_import_hf_then_continue_training(data_dir, tmp_path, capsys):
     assert first["loss"] < fresh["loss"]  # it starts from the imported (trained) weights, not a fresh init
 
 
-def test_eval_on_a_local_task(run_dir, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def capitals_run(tok, tmp_path_factory):
+    """A run directory whose checkpoint is the anGPT that has memorised 8 capitals (see test_lm_eval)."""
+    model = memorise_capitals(tok)
+    root = tmp_path_factory.mktemp("capitals")
+    tok.save(root / "tok")
+    state = {"model_config": model.config.to_dict()}
+    save_checkpoint(root / "run", 150, model.state_dict(), {}, state, tokenizer_dir=root / "tok")
+    return root / "run"
+
+
+def test_eval_on_a_local_task(capitals_run, tmp_path, capsys):
+    """`angpt eval` scores what the model learned: the memorised capitals far above chance (1/4), the same
+    questions with every label moved to a wrong choice below it."""
     write_tasks(tmp_path)
     out = tmp_path / "results.json"
-    assert main(["eval", str(run_dir), "--tasks", "capitals_true", "--include", str(tmp_path), "--out", str(out)]) == 0
+    tasks = "capitals_true,capitals_shuffled"
+    assert main(["eval", str(capitals_run), "--tasks", tasks, "--include", str(tmp_path), "--out", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
-    assert 0.0 <= results["capitals_true"]["acc,none"] <= 1.0
+    true_acc, shuffled_acc = results["capitals_true"]["acc,none"], results["capitals_shuffled"]["acc,none"]
+    assert true_acc >= 0.75 and shuffled_acc <= 0.25 < true_acc - 0.5, results
+    assert results["capitals_true"]["sample_len"] == results["capitals_shuffled"]["sample_len"] == 8
+    printed = capsys.readouterr().out
+    assert f"capitals_true: acc,none={true_acc:.4f}" in printed
+    assert f"capitals_shuffled: acc,none={shuffled_acc:.4f}" in printed
 
 
 def test_missing_or_broken_checkpoint(run_dir, tmp_path, capsys):

@@ -108,6 +108,83 @@ def test_an_arm_that_never_reaches_the_baseline_is_not_extrapolated_silently():
     assert tokens_to_reach(budgets, [math.inf] * 3, 3.0).status == "not_reached"
 
 
+def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
+    """SPEC.md section 3 on synthetic final losses at 3 budgets and 3 seeds, through the report's own analysis.
+
+    Budgets 2048, 4096, 8192 are 0, 1, 2 doublings; where a candidate reaches target L on the segment from (j, c_j)
+    to (j + 1, c_j+1) (log2 tokens, loss), it needs x = j + (c_j - L) / (c_j - c_j+1) doublings, and speedup_i =
+    D_i / D'_i = 2^(i - x). Each seed averages its exact speedups over i; the report gives the mean and the
+    sample std of those three means. Bounds (below range, not reached) stay out of every mean.
+    """
+    from angpt.compare.report import ArmRuns, analyse, render_markdown, verdict
+    from angpt.compare.runner import SweepResult
+
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048, 4096, 8192]}, arms=["gpt+", "angpt"], seeds=[0, 1, 2])
+    base_losses = {0: [3.5, 2.75, 2.5], 1: [3.3, 2.3, 2.45], 2: [3.7, 2.75, 1.65]}  # seed means 3.5, 2.6, 2.2
+    cand_losses = {0: [4.0, 3.0, 2.0], 1: [4.5, 3.0, 2.4], 2: [3.5, 3.0, 1.6]}  # seed means 4, 3, 2
+    runs = {}
+    for label, losses in (("gpt+", base_losses), ("angpt", cand_losses)):
+        final = {b: {s: losses[s][i] for s in plan.seeds} for i, b in enumerate(plan.budgets)}
+        runs[label] = ArmRuns(label, lr=1e-3, final=final, bpb={b: {} for b in plan.budgets})
+    sweeps = {a: SweepResult(a, [1e-3], {1e-3: 3.0}, 1e-3, 0, False, True) for a in ("gpt+", "angpt")}
+    arms = analyse(plan, runs, sweeps)
+    sp = arms["angpt"]["speedup"]
+
+    expected = {
+        # x = 0.5, 1.25, 1.5
+        "0": [("exact", 2**-0.5), ("exact", 2**-0.25), ("exact", 2**0.5)],
+        # x = 1.2 / 1.5 = 0.8; 2.3 is below the candidate's best loss 2.4 (a bound: speedup < 4096 / 8192);
+        # the noisy baseline's 2.45 is reached at x = 1 + 0.55 / 0.6 = 23 / 12
+        "1": [("exact", 2**-0.8), ("not_reached", 0.5), ("exact", 2 ** (1 / 12))],
+        # 3.5 <= 3.7 at the smallest budget (a bound: speedup >= 2048 / 2048); x = 1 + 0.25 / 1.4 = 1 + 5 / 28;
+        # x = 1 + 1.35 / 1.4 = 1 + 27 / 28
+        "2": [("below_range", 1.0), ("exact", 2 ** (-5 / 28)), ("exact", 2 ** (1 / 28))],
+    }
+    seed_means = []
+    for seed, rows in expected.items():
+        got = sp["per_seed"][seed]["per_budget"]
+        assert [r["status"] for r in got] == [status for status, _ in rows], seed
+        assert [r["speedup"] for r in got] == pytest.approx([v for _, v in rows], rel=1e-12), seed
+        exact = [v for status, v in rows if status == "exact"]
+        seed_means.append(sum(exact) / len(exact))
+        assert sp["per_seed"][seed]["mean"] == pytest.approx(seed_means[-1], rel=1e-12)
+        assert sp["per_seed"][seed]["n_used"] == len(exact)
+    assert seed_means == pytest.approx([0.987406, 0.816906, 0.954321], abs=1e-6)  # worked out by hand
+    m = sum(seed_means) / 3
+    assert sp["mean"] == pytest.approx(m, rel=1e-12) and sp["mean"] == pytest.approx(0.919544, abs=1e-6)
+    assert sp["std"] == pytest.approx(math.sqrt(sum((x - m) ** 2 for x in seed_means) / 2), rel=1e-12)
+    assert sp["std"] == pytest.approx(0.090413, abs=1e-6)
+    assert (sp["n_seeds"], sp["n_comparisons"], sp["n_exact"]) == (3, 9, 7)
+    assert (sp["n_below_range"], sp["lower_bound"], sp["n_not_reached"], sp["upper_bound"]) == (1, 1.0, 1, 0.5)
+    # The same measure on the seed-mean curves: the candidate is 4, 3, 2 (one loss unit per doubling), so
+    # L = 3.5, 2.6, 2.2 is reached at x = 4 - L and speedup_i = 2^(i + L - 4).
+    om = sp["of_seed_means"]
+    assert [r["status"] for r in om["per_budget"]] == ["exact"] * 3
+    assert [r["speedup"] for r in om["per_budget"]] == pytest.approx([2**-0.5, 2**-0.4, 2**0.2], rel=1e-9)
+    assert om["mean"] == pytest.approx((2**-0.5 + 2**-0.4 + 2**0.2) / 3, rel=1e-9)
+
+    line = verdict(plan, "angpt", arms["angpt"])
+    assert "needs 1.09x as many tokens as gpt+ to reach its loss (speedup 0.92x, ±0.09 over 3 seeds)" in line
+    assert "1 below range, speedup >= 1.00x; 1 not reached, speedup < 0.50x" in line
+    report = {
+        "arms": arms,
+        "machine": machine_stub(),
+        "dataset": {},
+        "command": "test",
+        "jobs": 1,
+        "threads": 1,
+        "verdicts": [line],
+        "warnings": [],
+    }
+    md = render_markdown(plan, report, {})
+    assert "| angpt | 0.92 ± 0.09x | 7/9 | 0.87x |" in md
+
+
+def machine_stub():
+    keys = ("date", "angpt_version", "git_revision", "torch_version", "python_version", "hostname", "platform")
+    return {**dict.fromkeys(keys, "-"), "cpu": "-", "cpu_cores": 1, "gpu": None}
+
+
 def test_welch_t_test_matches_known_values():
     # Wikipedia, "Welch's t-test", example 1: t = -2.46, df = 25.0, p = 0.021 (scipy: -2.45536, 24.9885, 0.021378).
     a = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -329,7 +406,7 @@ def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys)
 def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, compared):
     common = ["--data", data_dir, "--preset", "tiny", "--batch-tokens", "512", "--threads", "1"]
     cases = [
-        (["--arms", "gpt+,bogus", "--budgets", "2048"], "unknown arm 'bogus'"),
+        (["--arms", "gpt+,bogus", "--budgets", "2048"], "unknown architecture or variant 'bogus'"),
         (["--arms", "gpt+,angpt", "--budgets", ""], "no token budgets"),
         (["--arms", "gpt+,angpt", "--budgets", "1000"], "not a whole number of steps"),
         (["--arms", "gpt+,angpt", "--budgets", "2048", "--baseline", "ngpt"], "baseline 'ngpt'"),

@@ -8,7 +8,7 @@ from angpt.errors import UserError
 from angpt.infer import IncrementalDecoder, generate, generate_batch, sample_stream
 from angpt.infer.generate import forward_hidden, pick_tokens
 
-ARCHS = ["gpt", "gpt+", "ngpt", "angpt"]
+ARCHS = list(angpt.ARCHS)  # every registered architecture
 STEPS = 60
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "

@@ -116,6 +116,39 @@ def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     assert torch.equal(greedy, generate(folded, x, max_new_tokens=12, temperature=0)[:, x.shape[1] :])
 
 
+def masked_labels(x):
+    """x with -100 (ignored) on the first 7 labels of row 0 and the last 5 of row 1."""
+    labels = x.clone()
+    labels[0, :7] = -100
+    labels[1, -5:] = -100
+    return labels
+
+
+@pytest.mark.parametrize("name", ["gpt+", "gpt", "ngpt", "angpt"])
+def test_hf_loss_with_labels_equals_ours(models, exports, tok, name):
+    """transformers' convention: `labels` are the inputs themselves, shifted inside the model (position t predicts
+    labels[t + 1]), -100 ignored, mean over the counted labels -- or their sum / num_items_in_batch, which
+    Trainer passes under gradient accumulation. Ours: model(x[:, :-1], x[:, 1:])."""
+    ours = models[name]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(exports[name])  # native, or the registered folded class
+    x = ids(tok)
+    labels = masked_labels(x)
+    n = int((labels[:, 1:] != -100).sum())
+    with torch.no_grad():
+        expected = ours(x[:, :-1], x[:, 1:])[1]
+        expected_masked = ours(x[:, :-1], labels[:, 1:])[1]
+        assert hf(input_ids=x, labels=x).loss.item() == pytest.approx(expected.item(), rel=1e-5)
+        assert hf(input_ids=x, labels=labels).loss.item() == pytest.approx(expected_masked.item(), rel=1e-5)
+        # num_items_in_batch: the sum over this micro-batch's labels divided by the whole batch's count
+        summed = hf(input_ids=x, labels=labels, num_items_in_batch=torch.tensor(4 * n)).loss
+        assert summed.item() == pytest.approx(expected_masked.item() / 4, rel=1e-5)
+        # shift_labels (already shifted, as sequence-parallel training passes them) replace the shifted `labels`
+        shifted = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
+        assert hf(input_ids=x, labels=x, shift_labels=shifted).loss.item() == pytest.approx(
+            expected_masked.item(), rel=1e-5
+        )
+
+
 def test_folded_hf_generate_left_padding_equals_single(exports, tok):
     hf = transformers.AutoModelForCausalLM.from_pretrained(exports["angpt"])
     short, long = tok.encode("lazy dog. A"), tok.encode("over the lazy dog. A")
@@ -173,10 +206,16 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
             m = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
             with torch.no_grad():
                 logits = m(x).logits
+                labels = x.clone()
+                labels[0, :7] = -100
+                labels[1, -5:] = -100
+                loss = m(input_ids=x, labels=labels).loss.item()
+                n = int((labels[:, 1:] != -100).sum())
+                loss_sum = m(input_ids=x, labels=labels, num_items_in_batch=torch.tensor(4 * n)).loss.item()
             g = lambda c: m.generate(x, max_new_tokens=12, do_sample=False, use_cache=c)[:, x.shape[1]:].tolist()
             t = AutoTokenizer.from_pretrained(path)
             res[name] = dict(module=type(m).__module__, logits=logits.tolist(), cached=g(True), uncached=g(False),
-                             eos=t.eos_token_id, enc=t("héllo").input_ids)
+                             eos=t.eos_token_id, enc=t("héllo").input_ids, loss=loss, loss_sum=loss_sum)
         res["angpt_loaded"] = sorted(k for k, v in sys.modules.items() if v is not None and k.split(".")[0] == "angpt")
         json.dump(res, open("out.json", "w"))
         """
@@ -203,6 +242,9 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
         folded = angpt.fold_for_inference(models[arch])
         with torch.no_grad():
             assert torch.allclose(torch.tensor(r["logits"]), folded(x)[0], atol=1e-5)
+            labels = masked_labels(x)
+            expected = models[arch](x[:, :-1], labels[:, 1:])[1].item()  # the training model's own loss
+        assert r["loss"] == pytest.approx(expected, rel=1e-5) and r["loss_sum"] == pytest.approx(expected / 4, rel=1e-5)
         assert r["cached"] == r["uncached"] == generate(folded, x, max_new_tokens=12, temperature=0)[:, 20:].tolist()
         assert r["eos"] == tok.eos_id and r["enc"] == tok.encode("héllo")
 

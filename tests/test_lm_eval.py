@@ -4,15 +4,15 @@ log-likelihoods equal the model's own losses; generate_until stops at the task's
 import json
 import random
 
+# lm_eval is the [eval] extra, which `make test` installs: a plain import, so that a missing one fails loudly instead
+# of skipping this module (and test_cli, which imports it).
+import lm_eval
 import pytest
 import torch
 
 import angpt
 from angpt.errors import UserError
-
-lm_eval = pytest.importorskip("lm_eval")  # the [eval] extra
-
-from angpt.infer.harness import AngptLM, evaluate_tasks  # noqa: E402
+from angpt.infer.harness import AngptLM, evaluate_tasks
 
 CAPITALS = {
     "France": "Paris",
@@ -28,9 +28,16 @@ CAPITALS = {
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def model(tok):
-    """A tiny anGPT that has memorised "The capital of X is Y." for 8 countries (150 full-batch Adam steps)."""
+_MEMORISED: dict = {}
+
+
+def memorise_capitals(tok):
+    """A tiny anGPT that has memorised "The capital of X is Y." for 8 countries (150 full-batch Adam steps).
+
+    Trained once per session and shared (test_cli evaluates it through `angpt eval`); callers must not modify it.
+    """
+    if "model" in _MEMORISED:
+        return _MEMORISED["model"]
     texts = [f"The capital of {c} is {y}." for c, y in CAPITALS.items()]
     T = max(len(tok.encode(t)) for t in texts) + 1
     x = torch.full((len(texts), T), tok.eos_id)
@@ -48,7 +55,13 @@ def model(tok):
         opt.step()
         sched.step()
         opt.zero_grad()
-    return m.eval()
+    _MEMORISED["model"] = m.eval()
+    return _MEMORISED["model"]
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return memorise_capitals(tok)
 
 
 def write_tasks(folder):

@@ -32,16 +32,80 @@ def train_steps(model, steps=5, lr=0.05, vocab=256, length=32):
 
 
 # ---------------------------------------------------------------------------------------------- anGPT norms
-def angpt_norm_violations(model, x, tol=0.15):
+NORMED = ("q", "k", "v", "attn_out", "h_A", "h_M", "h")
+STABLE = ("q", "k", "v", "h_M", "h")  # near 1 at every depth; attn_out and h_A drift up with depth (docs/norms.md)
+
+
+def angpt_norm_violations(model, x, tol=0.15, names=NORMED):
     norms = angpt.inspect_norms(model, x)
-    expected = {f"layer{i}.{n}" for i in range(4) for n in ("q", "k", "v", "attn_out", "h_A", "h_M", "h")}
+    expected = {f"layer{i}.{n}" for i in range(model.config.n_layers) for n in NORMED}
     assert expected <= set(norms)
-    return {k: v.tolist() for k, v in norms.items() if ((v - 1).abs() > tol).any()}
+    return {k: v.tolist() for k, v in norms.items() if k.split(".")[1] in names and ((v - 1).abs() > tol).any()}
+
+
+def deep_angpt(n_layers):
+    """SPEC.md section 4: norm tests must include a deep model. Small vocabulary and batch keep it ~1 s."""
+    return angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": n_layers})
 
 
 def test_angpt_init_norms_near_one():
     model = angpt.build_model("angpt", "tiny", **WIDE)
     assert angpt_norm_violations(model, random_tokens()) == {}
+
+
+@pytest.mark.parametrize("n_layers", [12, 24])
+def test_angpt_deep_init_norms(n_layers):
+    """q, k, v, h_M and h stay within 10% of 1 at every depth (measured: within 5%); attn_out and h_A only within
+    [0.9, 1 + 0.025 L]: the dense nu_att overshoots more with every layer (measured max 1.25 at L=12, 1.46 at
+    L=24, over seeds 0-7; see docs/norms.md)."""
+    model = deep_angpt(n_layers)
+    x = random_tokens(batch=2)
+    assert angpt_norm_violations(model, x, tol=0.1, names=STABLE) == {}
+    norms = angpt.inspect_norms(model, x)
+    for name in ("attn_out", "h_A"):
+        values = torch.cat([norms[f"layer{i}.{name}"].view(-1) for i in range(n_layers)])
+        assert 0.9 <= values.min().item() and values.max().item() <= 1 + 0.025 * n_layers, (name, values.tolist())
+
+
+def cross_position_cosine(x):
+    """Mean cosine between the vectors at two different positions of one sequence (per head for [B, H, T, d_h])."""
+    u = torch.nn.functional.normalize(x.float(), dim=-1)
+    gram = u @ u.transpose(-1, -2)
+    T = gram.shape[-1]
+    return ((gram.sum((-1, -2)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)) / (T * (T - 1))).mean().item()
+
+
+def test_angpt_attention_output_norm_grows_with_depth():
+    """Pins what docs/norms.md measures at init (24 layers, d=256, T=128): the attention output's norm starts near
+    1 and grows with depth, because the values at different positions become correlated (their mean cosine grows
+    from ~0 to a few percent), which the dense nu_att -- derived for independent values -- does not expect."""
+    L = 24
+    model = deep_angpt(L)
+    x = random_tokens(batch=2)
+    values: dict[int, torch.Tensor] = {}
+    for i, block in enumerate(model.blocks):
+        block.recorder = lambda name, t, i=i: values.__setitem__(i, t.detach()) if name == "v" else None
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for block in model.blocks:
+            block.recorder = None
+    norms = angpt.inspect_norms(model, x)
+    out = torch.stack([norms[f"layer{i}.attn_out"].mean() for i in range(L)])
+    h_a = torch.stack([norms[f"layer{i}.h_A"] for i in range(L)])
+    # Measured over seeds 0-7: layer 0 1.03-1.07; thirds of the stack 1.05-1.11, 1.15-1.21, 1.25-1.33, each
+    # 0.08-0.13 above the one before; last layer 1.29-1.44.
+    assert 0.95 <= out[0].item() <= 1.12
+    thirds = out.view(3, -1).mean(1)
+    assert (thirds[1:] - thirds[:-1] >= 0.04).all(), thirds.tolist()
+    assert 1.15 <= thirds[-1].item() <= 1.45 and out[-1].item() <= 1.5, out.tolist()
+    assert (h_a - out).abs().max().item() <= 0.1  # h_A = nu_p W_p o carries the same excess
+    # The cause: values at different positions of a sequence grow correlated with depth (measured, seeds 0-7: mean
+    # cosine 0.000-0.004 at layer 0, 0.026-0.041 at layer 23).
+    cos = torch.tensor([cross_position_cosine(values[i]) for i in range(L)])
+    assert cos[0].item() < 0.01 and cos[-1].item() > 0.02, cos.tolist()
+    assert (cos.view(3, -1).mean(1).diff() > 0).all(), cos.tolist()
 
 
 @pytest.mark.parametrize("name", ["nu_qkv", "nu_p", "nu_uz", "c_z", "nu_act", "nu_d", "nu_att", "nu_lerp"])
@@ -199,20 +263,27 @@ def test_scales_start_at_init_and_move_at_lr_times_init_over_scale(arch):
     assert torch.allclose(block.alpha_A(), torch.full((d,), 0.05))
     assert torch.allclose(block.s_qk(), torch.ones(d))
     assert torch.allclose(model.s_z(), torch.ones(model.config.vocab_size))
-    # stored values have magnitude ~ scale (1/sqrt(d)), so Adam's first step (|update| = lr) moves the effective
-    # value by lr * init / scale
+    # Stored values have magnitude ~ scale (1/sqrt(d)), so Adam's first step (|update| = lr) moves the effective
+    # value by lr * init / scale, against the gradient. Exactly, Adam's first update of a coordinate is
+    # lr * g / (|g| + eps) (m_hat = g, v_hat = g^2): one whose |g| is not >> eps (a rare token's s_z, an alpha
+    # that barely matters at init) moves by less. So the step is checked against that formula at every
+    # coordinate, and to be lr * init / scale within 1% wherever |g| >= 100 eps (almost all of them).
     lr = 1e-3
     opt, _ = angpt.make_optimizer(model, lr=lr, max_steps=10, constraints=False)
-    before_a, before_z = block.alpha_A().detach().clone(), model.s_z().detach().clone()
+    eps = opt.param_groups[0]["eps"]
+    scales = {"alpha_A": (block.alpha_A, 0.05), "s_z": (model.s_z, 1.0)}
+    before = {name: s().detach().clone() for name, (s, _) in scales.items()}
     x = random_tokens(256, 2, 32)
     model(x[:, :-1], x[:, 1:])[1].backward()
+    grads = {name: s.param.grad.clone() for name, (s, _) in scales.items()}
     opt.step()
-    step_a = (block.alpha_A() - before_a).abs()
-    step_z = (model.s_z() - before_z).abs()
-    moved_a, moved_z = step_a[step_a > 0], step_z[step_z > 0]
-    assert moved_a.numel() > 0 and moved_z.numel() > 0
-    assert torch.allclose(moved_a, torch.full_like(moved_a, lr * 0.05 * math.sqrt(d)), rtol=1e-2)
-    assert torch.allclose(moved_z, torch.full_like(moved_z, lr * 1.0 * math.sqrt(d)), rtol=1e-2)
+    for name, (s, init) in scales.items():
+        g, step = grads[name], s().detach() - before[name]
+        full = lr * init * math.sqrt(d)  # lr * init / scale, with scale = 1/sqrt(d)
+        assert torch.allclose(step, -full * g / (g.abs() + eps), rtol=1e-3, atol=1e-3 * full), name
+        large = g.abs() >= 100 * eps
+        assert large.float().mean() >= 0.9, name
+        assert torch.allclose(step[large].abs(), torch.full_like(step[large], full), rtol=1e-2), name
 
 
 # -------------------------------------------------------------------------------------------- optimizers

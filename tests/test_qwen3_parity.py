@@ -1,4 +1,4 @@
-"""Our GPT+ is transformers' Qwen3, numerically (SPEC.md section 1)."""
+"""Our GPT+ is transformers' Qwen3, numerically (docs/architectures.md#gpt-baseline)."""
 
 import pytest
 import torch

@@ -15,18 +15,25 @@ def _csv(text: str) -> list[str]:
 
 # -------------------------------------------------------------------------------------------------- info
 def cmd_info(args: argparse.Namespace) -> int:
-    from angpt.models import ARCHS, PRESETS, build_model, describe_constants, make_config
+    import torch
+
+    from angpt.models import PRESETS, build_model, describe_constants, make_config, registry
 
     if args.preset is None:
-        print("presets:")
+        print(f"presets (parameters of {registry.BASELINE}):")
         for name in PRESETS:
-            cfg = make_config("gpt+", name)
-            params = build_model("gpt+", name).num_params() if name in ("tiny", "demo") else None
+            cfg = make_config(registry.BASELINE, name)
+            with torch.device("meta"):  # shapes only: no memory, so the largest presets count instantly
+                params = build_model(registry.BASELINE, name).num_params()
             shape = f"L={cfg.n_layers} d={cfg.d_model} H={cfg.n_heads} T={cfg.context_length} V={cfg.vocab_size}"
-            size = f"  ({params / 1e6:.1f}M params with GPT+)" if params else ""
-            print(f"  {name:<11} {shape}{size}")
-        print(f"architectures: {', '.join(ARCHS)}")
-        print("constants: angpt info --arch angpt --preset demo")
+            print(f"  {name:<11} {shape}  {params / 1e6:.1f}M")
+        print("architectures:")
+        for name, spec in registry.ARCHITECTURES.items():
+            print(f"  {name:<11} {spec.summary} [{spec.recipe.optimizer}, lr {spec.recipe.lr:g}]")
+        print("variants:")
+        for name, (arch, overrides) in registry.VARIANTS.items():
+            print(f"  {name:<13} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
+        print("a config and its constants: angpt info --arch angpt --preset demo")
         return 0
     cfg = make_config(args.arch, args.preset, **_parse_overrides(args.set or []))
     print(json.dumps({"config": cfg.to_dict(), "constants": describe_constants(cfg)}, indent=2, default=str))
@@ -78,7 +85,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             overrides.append((key, value))
     overrides += parse_overrides(args.extra)
     cfg = load_run_config(args.config, overrides)
-    result = train(cfg)
+    evaluators = []
+    if cfg.train.eval_tasks:
+        from angpt.infer.harness import task_evaluator
+
+        evaluators.append(task_evaluator(cfg))
+    result = train(cfg, evaluators)
     if int(__import__("os").environ.get("RANK", "0")) != 0:
         return 0
     msg = f"{result.status} at step {result.step}: "

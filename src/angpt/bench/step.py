@@ -6,7 +6,6 @@ alike; each figure is a median, and ratios are taken against the first architect
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import torch
 
 from angpt.models import build_model, fold_for_inference
 from angpt.train.optim import make_optimizer
+from angpt.train.step import TrainStep, autocast, synchronize
 
 
 @dataclass
@@ -25,20 +25,6 @@ class StepTiming:
     infer_ms: float
     train_ratio: float = 1.0
     infer_ratio: float = 1.0
-
-
-def autocast_context(device: torch.device, dtype: str):
-    """bf16 autocast where asked; fp32 otherwise (parameters stay fp32 either way)."""
-    if dtype == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    raise ValueError(f"unknown dtype {dtype!r}; use fp32 or bf16")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def bench_step(
@@ -64,25 +50,19 @@ def bench_step(
         T = seq_len or model.config.context_length
         opt, sched = make_optimizer(model, lr=1e-4, max_steps=10_000)
         infer = fold_for_inference(model).to(dev)
-        train_fn, infer_fn = model, infer
-        if compile:
-            train_fn, infer_fn = torch.compile(model), torch.compile(infer)
+        step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=torch.compile(model) if compile else model)
+        infer_fn = torch.compile(infer) if compile else infer
         x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)
-        runs.append((arch, model, train_fn, infer_fn, opt, sched, x))
+        runs.append((arch, model, step, infer_fn, x))
 
     def train_step(run):
-        _, _, fn, _, opt, sched, x = run
-        with autocast_context(dev, dtype):
-            _, loss = fn(x[:, :-1], x[:, 1:])
-        loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        _, _, step, _, x = run
+        step(lambda: (x[:, :-1], x[:, 1:]))
 
     @torch.no_grad()
     def infer_step(run):
-        _, _, _, fn, _, _, x = run
-        with autocast_context(dev, dtype):
+        _, _, _, fn, x = run
+        with autocast(dev, dtype):
             fn(x[:, :-1])
 
     # Training steps first, then inference, each interleaved across architectures: a training step between two
@@ -91,10 +71,10 @@ def bench_step(
     for kind, step in ((0, train_step), (1, infer_step)):
         for rep in range(warmup + reps):
             for run in runs:
-                _sync(dev)
+                synchronize(dev)
                 t0 = time.perf_counter()
                 step(run)
-                _sync(dev)
+                synchronize(dev)
                 if rep >= warmup:
                     times[run[0]][kind].append(time.perf_counter() - t0)
     out = [

@@ -1,4 +1,4 @@
-"""`angpt compare`: fair, resumable comparisons of architectures at several token budgets (SPEC.md sections 3-4).
+"""`angpt compare`: fair, resumable comparisons of architectures at several token budgets (docs/protocol.md).
 
 >>> from angpt.compare import make_plan, run_comparison
 >>> plan = make_plan("data/", arms=["gpt+", "angpt"], budgets=["1Mi", "2Mi", "4Mi"], seeds=[0, 1, 2])
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from angpt.compare.plan import (
-    BUILTIN_ARMS,
     DEFAULT_ARMS,
     DEFAULT_LR_GRID,
     Arm,
@@ -33,7 +32,6 @@ from angpt.compare.runner import DryRun, RunSpec, SweepResult
 from angpt.compare.stats import BudgetSpeedup, Reach, WelchResult, betainc, speedups, tokens_to_reach, welch_ttest
 
 __all__ = [
-    "BUILTIN_ARMS",
     "DEFAULT_ARMS",
     "DEFAULT_LR_GRID",
     "Arm",

@@ -22,17 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from angpt.errors import ConfigError, UserError
+from angpt.models import registry
 
-# name -> (architecture, model overrides). "gpt" is GPT+ without QK-norm (make_config sets qk_norm=False).
-BUILTIN_ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gpt": ("gpt", {}),
-    "gpt+": ("gpt+", {}),
-    "ngpt": ("ngpt", {}),
-    "angpt": ("angpt", {}),
-    "dyt": ("gpt+", {"norm": "dyt"}),
-    "ln_scaling": ("gpt+", {"norm": "ln_scaling"}),
-    "ngpt_bounded": ("ngpt", {"weight_constraint": "bounded"}),  # the paper's "nGPT with <= 1" ablation row
-}
+# The built-in arms are the registry's architectures and named variants (models/registry.py).
 DEFAULT_ARMS = ("gpt", "gpt+", "ngpt", "angpt")
 DEFAULT_LR_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -105,7 +97,7 @@ class Arm:
     """One contender: a built-in arm (architecture + overrides) with the user's extra overrides."""
 
     label: str
-    base: str  # a BUILTIN_ARMS name
+    base: str  # a registry architecture or variant name
     arch: str
     model: dict[str, Any] = field(default_factory=dict)  # model overrides (built-in ones first, then the user's)
     train: dict[str, Any] = field(default_factory=dict)  # train overrides (ARM_TRAIN_KEYS only)
@@ -154,10 +146,11 @@ def parse_arm(text: str) -> Arm:
     if not m:
         raise UserError(f"bad arm {text!r}; write NAME, NAME[key=value,...] or LABEL=NAME[key=value,...]")
     base = m.group("base")
-    if base not in BUILTIN_ARMS:
-        raise UserError(f"unknown arm {base!r} in {text!r}; use one of: {', '.join(BUILTIN_ARMS)}")
-    arch, model = BUILTIN_ARMS[base]
-    model, train = dict(model), {}
+    try:
+        arch, model = registry.resolve_arm(base)
+    except ConfigError as e:
+        raise UserError(f"arm {text!r}: {e}") from None
+    train: dict[str, Any] = {}
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch", "extra"}
     for item in _split_opts(m.group("opts") or ""):
         if "=" not in item:
@@ -240,7 +233,7 @@ class Plan:
     seq_len: int = 0  # resolved by make_plan (the preset's context length unless given)
     micro_batch: int = 0  # resolved by make_plan
     lr_grid: list[float] = field(default_factory=lambda: list(DEFAULT_LR_GRID))  # multipliers of the centre
-    lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: DEFAULT_LR[arch])
+    lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: the arch's recipe LR)
     lr_values: dict[str, list[float]] = field(default_factory=dict)  # an explicit absolute grid per arm label
     max_extensions: int = 2
     settings: dict[str, Any] = field(default_factory=dict)  # "model.KEY"/"train.KEY" -> value, every arm
@@ -271,9 +264,7 @@ class Plan:
         return self.seeds[0]
 
     def centre_lr(self, arm: Arm) -> float:
-        from angpt.train.config import DEFAULT_LR
-
-        return float(self.lr.get(arm.label, DEFAULT_LR[arm.arch]))
+        return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr))
 
     def initial_grid(self, arm: Arm) -> list[float]:
         """The arm's LR grid before any extension, ascending."""
@@ -411,7 +402,8 @@ def make_plan(
     label; `settings` are ``model.KEY``/``train.KEY`` overrides applied to every arm.
     """
     from angpt.data import check_compatible, load_meta
-    from angpt.models.config import PRESETS, make_config
+    from angpt.models.config import PRESETS
+    from angpt.models.registry import make_config
 
     arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else DEFAULT_ARMS)]
     if not arm_objs:
@@ -424,7 +416,7 @@ def make_plan(
     if len(set(slugs)) != len(slugs):
         raise UserError(f"arm labels {labels} map to clashing directory names; choose other labels")
     if baseline is None:
-        baseline = "gpt+" if "gpt+" in labels else labels[0]
+        baseline = registry.BASELINE if registry.BASELINE in labels else labels[0]
     if baseline not in labels:
         raise UserError(f"baseline {baseline!r} is not one of the arms ({', '.join(labels)}); add it to --arms")
     if preset not in PRESETS:

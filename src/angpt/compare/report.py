@@ -257,7 +257,7 @@ def machine_info() -> dict[str, Any]:
     gpu = None
     if torch.cuda.is_available():
         gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    from angpt.train.loop import git_revision
+    from angpt.train.provenance import git_revision
 
     return {
         "angpt_version": angpt.__version__,

@@ -543,10 +543,11 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
     import torch
 
     from angpt.data import TokenLoader, load_meta
-    from angpt.models import MODEL_CLASSES
+    from angpt.models import model_from_config
     from angpt.train.config import load_run_config
-    from angpt.train.loop import autocast, resolve_dtype, resolve_model_config
+    from angpt.train.loop import resolve_model_config
     from angpt.train.optim import make_optimizer
+    from angpt.train.step import TrainStep, resolve_dtype, synchronize
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -560,7 +561,7 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
         # An untimed first build pays the process's one-off costs (lazy imports, optimizer set-up), which a
         # comparison pays once, not per run.
         cfg0 = load_run_config(None, plan.run_overrides(plan.arms[0], plan.budgets[0], plan.seeds[0], 1e-3, "-"))
-        warm = MODEL_CLASSES[cfg0.arch](resolve_model_config(cfg0, meta)).to(device)
+        warm = model_from_config(resolve_model_config(cfg0, meta)).to(device)
         make_optimizer(warm, cfg0.arch, 1e-3, max_steps=100)
         del warm
         for arm in plan.arms:
@@ -568,24 +569,17 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
             cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
             mcfg = resolve_model_config(cfg, meta)
             torch.manual_seed(0)
-            model = MODEL_CLASSES[mcfg.arch](mcfg).to(device)
-            opt, _ = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
+            model = model_from_config(mcfg).to(device)
+            opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
             loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
-            dtype = resolve_dtype(plan.dtype, device)
             accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
+            step = TrainStep(model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum)
             setup[arm.label] = time.perf_counter() - t_setup
             times = []
             for i in range(steps + 1):
                 t0 = time.perf_counter()
-                for _ in range(accum):
-                    x, y = loader.next_batch()
-                    with autocast(device, dtype):
-                        _, loss = model(x.to(device), y.to(device))
-                    (loss / accum).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
+                step(loader.next_batch)
+                synchronize(device)
                 if i:  # the first step pays one-off costs (allocations, kernel selection)
                     times.append(time.perf_counter() - t0)
             out[arm.label] = sorted(times)[len(times) // 2]

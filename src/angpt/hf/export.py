@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from angpt.errors import CheckpointError, ConfigError, UserError
-from angpt.models import GPT, FoldedLM, ModelConfig, fold_for_inference, unwrap
+from angpt.models import GPT, FoldedLM, ModelConfig, fold_for_inference, registry, unwrap
 
 FORMATS = ("auto", "qwen3", "llama", "folded")
 DTYPES = {
@@ -65,7 +65,7 @@ def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
     """The export format of a model config: "qwen3", "llama" or "folded" (raises UserError when impossible)."""
     if format not in FORMATS:
         raise UserError(f"unknown export format {format!r}; use one of: {', '.join(FORMATS)}")
-    if cfg.arch in ("ngpt", "angpt"):
+    if registry.get(cfg.arch).export == "folded":
         natural = "folded"
     elif cfg.norm == "dyt":
         raise UserError(
@@ -364,7 +364,7 @@ def _folded_from_export(folder: Path, sd: dict[str, torch.Tensor]) -> FoldedLM:
     if not marker.is_file():
         raise CheckpointError(f"{folder} is an angpt_folded model without {MARKER}; re-export it with angpt")
     cfg = ModelConfig.from_dict(json.loads(marker.read_text(encoding="utf-8"))["config"])
-    model = FoldedLM(cfg)
+    model = registry.get(cfg.arch).folded(cfg)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     if missing or unexpected:
         raise CheckpointError(f"folded export does not match its config: missing {missing}, unexpected {unexpected}")

@@ -190,7 +190,8 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
         return_dict: bool | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        """Logits [B, T, V] (and the mean next-token loss when `labels` are given, -100 ignored).
+        """Logits [B, T, V], and the next-token loss when `labels` are given (`causal_lm_loss`: transformers'
+        convention, labels shifted here, -100 ignored; `num_items_in_batch` and `shift_labels` are honoured).
 
         `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
         past .. past + T - 1.
@@ -247,6 +248,36 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
         logits = self.lm_head(h_out)
         loss = None
         if labels is not None:
-            shift = logits[:, :-1].float()
-            loss = F.cross_entropy(shift.reshape(-1, shift.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+            n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
+            loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+
+
+def causal_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    shift_labels: torch.Tensor | None = None,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Next-token cross-entropy with transformers' conventions (its `ForCausalLMLoss`, which Qwen3 and Llama use).
+
+    `labels` are aligned with the inputs and shifted here: position t is scored against labels[t + 1], the last
+    position against nothing; `shift_labels`, when given, are already shifted and used as they are. Labels equal
+    to `ignore_index` do not count. The loss is the mean over the counted labels, or, when `num_items_in_batch`
+    is given (Trainer does so under gradient accumulation, since this forward takes **kwargs), their sum divided
+    by it, so that the micro-batches of one optimizer step add up to the mean over the whole batch.
+    """
+    logits = logits.float()
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    shift_labels = shift_labels.to(logits.device)
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), shift_labels.reshape(-1), ignore_index=ignore_index, reduction=reduction
+    )
+    if num_items_in_batch is not None:
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        loss = loss / num_items_in_batch
+    return loss

@@ -8,12 +8,12 @@ from __future__ import annotations
 import torch
 
 from angpt.errors import ConfigError
-from angpt.models import GPT, ModelConfig, make_config
+from angpt.models import GPT, ModelConfig, make_config, registry
 
 
 def qwen3_config_dict(cfg: ModelConfig) -> dict:
     """The Qwen3Config keyword arguments of a GPT+ config."""
-    if cfg.arch != "gpt+" or cfg.norm != "rmsnorm" or not cfg.qk_norm:
+    if registry.get(cfg.arch).export != "native" or cfg.norm != "rmsnorm" or not cfg.qk_norm:
         raise ConfigError(
             f"only GPT+ with RMSNorm and QK-norm maps onto Qwen3 (got arch={cfg.arch}, norm={cfg.norm}, "
             f"qk_norm={cfg.qk_norm}); nGPT and anGPT export through their own model classes"

@@ -15,7 +15,7 @@ length and right-padded (causal attention: padding after a sequence cannot chang
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +277,36 @@ def evaluate_tasks(
         fewshot_random_seed=seed,
     )
     return dict(results) if results is not None else {}
+
+
+def task_evaluator(cfg) -> Callable[[torch.nn.Module, int], dict[str, float]]:
+    """The in-loop evaluator of a run config's `train.eval_tasks`: (model, step) -> {"task/<task>/<metric>": x}.
+
+    `angpt train` passes it to `angpt.train.loop.train(cfg, evaluators=[...])`.
+    """
+    from angpt.data import load_tokenizer
+
+    tc = cfg.train
+    tokenizer = load_tokenizer(cfg.data)
+
+    def evaluate(model: torch.nn.Module, step: int) -> dict[str, float]:
+        was_training = model.training
+        try:
+            results = evaluate_tasks(
+                model.eval(),
+                tokenizer,
+                tc.eval_tasks,
+                include_path=tc.eval_tasks_include,
+                limit=tc.eval_tasks_limit,
+                bootstrap_iters=0,
+            )
+        finally:
+            model.train(was_training)
+        out = {}
+        for task, metrics in results.get("results", {}).items():
+            for name, value in metrics.items():
+                if isinstance(value, (int, float)) and "stderr" not in name:
+                    out[f"task/{task}/{name.split(',')[0]}"] = float(value)
+        return out
+
+    return evaluate

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
+from angpt.models import registry
 from angpt.models.angpt import ANGPT, calibrate_nu_att
 from angpt.models.base import LanguageModel
-from angpt.models.config import ARCHS, PRESETS, ModelConfig, make_config
-from angpt.models.constants import angpt_constants, describe_constants
+from angpt.models.config import PRESETS, ModelConfig
+from angpt.models.constants import angpt_constants
 from angpt.models.constraints import apply_constraints, attach_constraints, unwrap
-from angpt.models.folded import FoldedLM, fold_for_inference
+from angpt.models.folded import FoldedLM
 from angpt.models.gpt import GPT
 from angpt.models.layers import KVCache
 from angpt.models.ngpt import NGPT
-
-MODEL_CLASSES: dict[str, type[LanguageModel]] = {"gpt": GPT, "gpt+": GPT, "ngpt": NGPT, "angpt": ANGPT}
-
-
-def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
-    """Build architecture `arch` ("gpt", "gpt+", "ngpt", "angpt") from a preset name or config, plus overrides.
-
-    >>> model = build_model("angpt", "tiny", n_layers=4)
-    """
-    cfg = make_config(arch, config, **overrides)
-    return MODEL_CLASSES[cfg.arch](cfg)
+from angpt.models.registry import (
+    ARCHS,
+    build_model,
+    describe_constants,
+    fold_for_inference,
+    make_config,
+    model_from_config,
+)
 
 
 @torch.no_grad()
@@ -65,7 +61,6 @@ __all__ = [
     "GPT",
     "KVCache",
     "LanguageModel",
-    "MODEL_CLASSES",
     "ModelConfig",
     "NGPT",
     "PRESETS",
@@ -78,5 +73,7 @@ __all__ = [
     "fold_for_inference",
     "inspect_norms",
     "make_config",
+    "model_from_config",
+    "registry",
     "unwrap",
 ]

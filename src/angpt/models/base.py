@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from angpt.models.config import ModelConfig
-from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions
+from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions, softmax_scale
 
 Recorder = Callable[[str, torch.Tensor], None]
 
@@ -48,9 +48,27 @@ class Block(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """Token embedding -> blocks -> logits. Subclasses build `blocks` and implement `logits(h)`."""
+    """Token embedding -> blocks -> logits. Subclasses build `blocks` and implement `logits(h)`.
+
+    Class attributes state what follows from the equations: `unit_qk` (q and k have unit norm, so the default
+    softmax scale is sqrt(d_h) rather than 1/sqrt(d_h)) and `weight_constraint`, the row constraint after every
+    optimizer step unless the config names another. Under bf16 autocast the residual stream keeps the parameters'
+    dtype (fp32) and each block casts its branch outputs to it explicitly (CPU and CUDA autocast differ in how they
+    promote mixed operands).
+    """
 
     blocks: nn.ModuleList
+    unit_qk: bool = False
+    weight_constraint: str = "none"
+
+    @classmethod
+    def default_softmax_scale(cls, cfg: ModelConfig) -> float:
+        return softmax_scale(cfg, cls.unit_qk)
+
+    @classmethod
+    def constraint_of(cls, cfg: ModelConfig) -> str:
+        """The row constraint of `cfg`: its own `weight_constraint`, or the architecture's for "auto"."""
+        return cls.weight_constraint if cfg.weight_constraint == "auto" else cfg.weight_constraint
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

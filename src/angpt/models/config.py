@@ -1,7 +1,8 @@
 """Typed model configuration and named presets.
 
-One dataclass covers the three architectures (litgpt-style): fields that an architecture does not use are
-ignored by it. Every [open] choice of SPEC.md section 2 is a field with the default SPEC.md names.
+One dataclass covers every architecture (litgpt-style): fields that an architecture does not use are ignored by
+it. The architecture's own defaults and behaviour live in its registry entry (models/registry.py).
+Every open choice (docs/architectures.md#open-choices) is a field whose default is ours.
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ from typing import Any
 
 from angpt.errors import ConfigError
 
-ARCHS = ("gpt", "gpt+", "ngpt", "angpt")
-
 _CHOICES: dict[str, tuple[Any, ...]] = {
-    "arch": ARCHS,
     "norm": ("rmsnorm", "dyt", "ln_scaling"),
     "qk_norm_mode": ("exact", "none"),
     "nu_att": ("dense", "none", "sqrt_pos", "calibrated"),
@@ -31,17 +29,17 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 class ModelConfig:
     """Shape and options of one model. Construct through :func:`make_config` or a preset."""
 
-    arch: str = "angpt"
+    arch: str = "angpt"  # a registry name (models/registry.py)
     vocab_size: int = 50304
     d_model: int = 256
     n_layers: int = 6
     n_heads: int = 4
-    d_ff: int | None = None  # width of each SwiGLU branch; None -> 4 * d_model (SPEC.md notation)
+    d_ff: int | None = None  # width of each SwiGLU branch; None -> 4 * d_model (docs/architectures.md#notation)
     context_length: int = 256
     rope_theta: float = 10000.0
     activation: str = "silu"
 
-    # GPT / GPT+ (SPEC.md section 1): pre-norm, QK-norm, init std 0.02.
+    # GPT / GPT+ (docs/architectures.md#gpt-baseline): pre-norm, QK-norm, init std 0.02.
     qk_norm: bool = True
     norm: str = "rmsnorm"
     norm_eps: float = 1e-6
@@ -59,12 +57,12 @@ class ModelConfig:
     s_uz_scale: float = 1.0
     s_z_init: float = 1.0
     s_z_scale: float | None = None
-    # Softmax scale: None -> 1/sqrt(d_h) for GPT, sqrt(d_h) for nGPT/anGPT (unit-norm q, k).
+    # Softmax scale: None -> the architecture's default (1/sqrt(d_h); sqrt(d_h) for unit-norm q, k).
     softmax_scale: float | None = None
-    # Row constraint after each step: auto -> unit for nGPT, bounded (<= 1) for anGPT, none for GPT.
+    # Row constraint after each step: auto -> the architecture's (unit for nGPT, <= 1 for anGPT, none for GPT).
     weight_constraint: str = "auto"
 
-    # anGPT open choices (SPEC.md section 2).
+    # anGPT open choices (docs/architectures.md#open-choices).
     qk_norm_mode: str = "exact"
     nu_att: str = "dense"
     gate_scale: str = "fixed"
@@ -84,20 +82,6 @@ class ModelConfig:
     @property
     def ffn_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
-
-    @property
-    def effective_softmax_scale(self) -> float:
-        if self.softmax_scale is not None:
-            return self.softmax_scale
-        if self.arch in ("gpt", "gpt+"):
-            return 1.0 / math.sqrt(self.head_dim)
-        return math.sqrt(self.head_dim)
-
-    @property
-    def effective_weight_constraint(self) -> str:
-        if self.weight_constraint != "auto":
-            return self.weight_constraint
-        return {"ngpt": "unit", "angpt": "bounded"}.get(self.arch, "none")
 
     def scale_or_default(self, value: float | None) -> float:
         """A reparameterisation scale, where None means 1/sqrt(d_model)."""
@@ -170,25 +154,3 @@ PRESETS: dict[str, dict[str, Any]] = {
     "0.5B": dict(vocab_size=50304, d_model=1024, n_layers=24, n_heads=16, context_length=2048),
     "1B": dict(vocab_size=50304, d_model=1280, n_layers=36, n_heads=20, context_length=2048),
 }
-
-
-def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
-    """Build a validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
-
-    `arch` "gpt" is GPT+ without QK-norm (SPEC.md section 1).
-    """
-    if arch not in ARCHS:
-        raise ConfigError(f"unknown architecture {arch!r}; use one of: {', '.join(ARCHS)}")
-    if isinstance(preset, ModelConfig):
-        base = preset.to_dict()
-    elif isinstance(preset, dict):
-        base = dict(preset)
-    elif preset in PRESETS:
-        base = dict(PRESETS[preset])
-    else:
-        raise ConfigError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
-    base["arch"] = arch
-    if arch == "gpt":
-        base["qk_norm"] = False
-    base.update(overrides)
-    return ModelConfig.from_dict(base)

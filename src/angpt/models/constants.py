@@ -1,4 +1,4 @@
-"""anGPT's normalisation constants nu (SPEC.md section 1; Franke et al. 2025, section 3).
+"""anGPT's normalisation constants nu (docs/architectures.md#angpt-constants; Franke et al. 2025, section 3).
 
 Each nu is 1/sqrt(E||g(x)||^2) for the map g that precedes it, with unit-norm inputs and rows, so the output has
 norm ~1 by concentration of measure. The closed forms follow from E||W x||^2 = out/in for a matrix whose rows
@@ -14,11 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from angpt.models.config import ModelConfig
-
-ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+from angpt.models.layers import ACTIVATIONS, softmax_scale
 
 
 def nu_lerp(alpha: torch.Tensor) -> torch.Tensor:
@@ -36,7 +34,7 @@ def activation_constant(activation: str, z_std: float, samples: int, seed: int) 
 
 @functools.lru_cache(maxsize=16)
 def attention_constants(mode: str, seq_len: int, head_dim: int, logit_scale: float, seed: int) -> torch.Tensor:
-    """Per-query-position factor nu_att[t] that brings ||o_t|| to ~1 (SPEC.md section 2).
+    """Per-query-position factor nu_att[t] that brings ||o_t|| to ~1 (docs/architectures.md#open-choices).
 
     - `dense`: 1/sqrt(E||o_t||^2) for causal softmax attention over random unit-norm q, k, v with the given
       logit scale (softmax scale times s_qk^2 at init): the init-time, dense-attention expectation.
@@ -97,10 +95,8 @@ def angpt_constants(cfg: ModelConfig) -> ANGPTConstants:
     c_z = math.sqrt(d)
     # Gate pre-activations: nu_uz * c_z * (unit row . unit h) has per-element std nu_uz * c_z / sqrt(d).
     z_std = nu_uz * c_z / math.sqrt(d)
-    if cfg.qk_norm_mode == "exact":
-        logit_scale = cfg.effective_softmax_scale * cfg.s_qk_init**2
-    else:
-        logit_scale = cfg.effective_softmax_scale
+    scale = softmax_scale(cfg, unit_qk=True)  # anGPT's q, k have norm ~1
+    logit_scale = scale * cfg.s_qk_init**2 if cfg.qk_norm_mode == "exact" else scale
     return ANGPTConstants(
         nu_qkv=math.sqrt(d / dh),
         nu_p=math.sqrt(dh / d),
@@ -110,18 +106,3 @@ def angpt_constants(cfg: ModelConfig) -> ANGPTConstants:
         nu_d=math.sqrt(dff / d),
         nu_att=attention_constants(cfg.nu_att, cfg.context_length, dh, logit_scale, cfg.mc_seed).clone(),
     )
-
-
-def describe_constants(cfg: ModelConfig) -> dict[str, float | str]:
-    """The constants of `cfg` as a printable dict (anGPT's nu; the effective scales for nGPT)."""
-    if cfg.arch == "angpt":
-        return angpt_constants(cfg).describe()
-    if cfg.arch == "ngpt":
-        return {
-            "alpha_init": cfg.alpha_init,
-            "s_qk_init": cfg.s_qk_init,
-            "s_uz_effective_init": cfg.s_uz_init * math.sqrt(cfg.d_model),
-            "s_z_init": cfg.s_z_init,
-            "softmax_scale": cfg.effective_softmax_scale,
-        }
-    return {"softmax_scale": cfg.effective_softmax_scale, "init_std": cfg.init_std}

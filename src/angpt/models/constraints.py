@@ -1,4 +1,4 @@
-"""Weight constraints applied after every optimizer step (SPEC.md section 1).
+"""Weight constraints applied after every optimizer step (docs/architectures.md#weight-constraints).
 
 - `unit` (nGPT): every slice along the constrained dim is renormalised to norm exactly 1.
 - `bounded` (anGPT): every slice is projected onto the unit ball, w <- w / max(1, ||w||).

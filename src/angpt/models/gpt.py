@@ -1,4 +1,6 @@
-"""GPT+ (pre-norm Transformer with QK-norm; the paper's baseline) and its comparison rows (SPEC.md section 1).
+"""GPT+ (pre-norm Transformer with QK-norm; the paper's baseline) and its comparison rows.
+
+See docs/architectures.md#gpt-baseline.
 
 `qk_norm=False` is plain GPT; `norm="dyt"` replaces every RMSNorm by DyT (Zhu et al. 2025); `norm="ln_scaling"`
 multiplies the output of each pre-norm of layer l by 1/sqrt(l) (Sun et al. 2025). At equal config this is
@@ -10,12 +12,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from angpt.models.base import Block, Context, LanguageModel
 from angpt.models.config import ModelConfig
-from angpt.models.layers import DyT, RMSNorm, attend, merge_heads, split_heads
+from angpt.models.layers import ACTIVATIONS, DyT, RMSNorm, attend, merge_heads, split_heads
 
 
 def make_norm(cfg: ModelConfig, dim: int, layer_scale: float = 1.0) -> nn.Module:
@@ -25,11 +26,11 @@ def make_norm(cfg: ModelConfig, dim: int, layer_scale: float = 1.0) -> nn.Module
 
 
 class GPTBlock(Block):
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, scale: float) -> None:
         super().__init__()
         self.layer = layer
         d, dff = cfg.d_model, cfg.ffn_dim
-        self.n_heads, self.d_ff, self.scale = cfg.n_heads, dff, cfg.effective_softmax_scale
+        self.n_heads, self.d_ff, self.scale = cfg.n_heads, dff, scale
         lscale = 1.0 / math.sqrt(layer + 1)
         self.attn_norm = make_norm(cfg, d, lscale)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
@@ -39,6 +40,7 @@ class GPTBlock(Block):
         self.mlp_norm = make_norm(cfg, d, lscale)
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z], the value and gate branches of SwiGLU
         self.down = nn.Linear(dff, d, bias=False)
+        self.act = ACTIVATIONS[cfg.activation]
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         # h = h + Attn(Norm(h))
@@ -54,7 +56,7 @@ class GPTBlock(Block):
         h = h + h_a
         # h = h + MLP(Norm(h)), MLP = W_d (u * silu(z))
         u, z = self.up(self.mlp_norm(h)).split(self.d_ff, dim=-1)
-        h_m = self.down(u * F.silu(z))
+        h_m = self.down(u * self.act(z))
         self.record(h_M=h_m)
         h = h + h_m
         self.record(h=h)
@@ -66,7 +68,8 @@ class GPT(LanguageModel):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        self.blocks = nn.ModuleList(GPTBlock(config, i) for i in range(config.n_layers))
+        scale = self.default_softmax_scale(config)
+        self.blocks = nn.ModuleList(GPTBlock(config, i, scale) for i in range(config.n_layers))
         self.final_norm = make_norm(config, config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.reset_parameters()

@@ -162,6 +162,17 @@ def init_unit_rows(weight: torch.Tensor, dim: int = 1) -> None:
     weight.div_(torch.linalg.vector_norm(weight, dim=dim, keepdim=True))
 
 
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}  # the gate activation of the gated MLP (SwiGLU with silu)
+
+
+def scaled_linear(x: torch.Tensor, weight: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """scale * (W x) computed as (diag(scale) W) x: a constant or per-output-unit vector applied to the [out, in]
+    weight rather than the [..., out] activation (cheaper whenever tokens outnumber input features)."""
+    if isinstance(scale, torch.Tensor):
+        return F.linear(x, weight * scale.unsqueeze(-1).to(weight.dtype))
+    return F.linear(x, weight * scale)
+
+
 def swiglu_dims(d_ff: int) -> tuple[slice, slice]:
     """Slices of the fused [u; z] up-projection: u (value branch) first, z (gate) second."""
     return slice(0, d_ff), slice(d_ff, 2 * d_ff)
@@ -170,6 +181,13 @@ def swiglu_dims(d_ff: int) -> tuple[slice, slice]:
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     """Mean next-token cross-entropy in fp32."""
     return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+
+
+def softmax_scale(cfg, unit_qk: bool) -> float:
+    """The configured softmax scale, else the default: sqrt(d_h) for unit-norm q, k (nGPT, anGPT), else 1/sqrt(d_h)."""
+    if cfg.softmax_scale is not None:
+        return cfg.softmax_scale
+    return math.sqrt(cfg.head_dim) if unit_qk else 1.0 / math.sqrt(cfg.head_dim)
 
 
 def inv_sqrt(x: float) -> float:

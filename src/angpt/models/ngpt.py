@@ -1,4 +1,4 @@
-"""nGPT: the normalized Transformer (Loshchilov et al. 2024, arXiv 2410.01131; SPEC.md section 1).
+"""nGPT: the normalized Transformer (Loshchilov et al. 2024, arXiv 2410.01131; docs/architectures.md#ngpt).
 
 Hidden states, embeddings and every weight row live on the unit hypersphere; each sub-layer takes a learned step
 `alpha` from h towards its output and the result is projected back with an exact Norm.
@@ -9,12 +9,20 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from angpt.models.base import Block, Context, LanguageModel
 from angpt.models.config import ModelConfig
-from angpt.models.layers import Scale, attend, init_unit_rows, merge_heads, split_heads, unit_norm
+from angpt.models.layers import (
+    ACTIVATIONS,
+    Scale,
+    attend,
+    init_unit_rows,
+    merge_heads,
+    scaled_linear,
+    split_heads,
+    unit_norm,
+)
 
 
 def _alpha(cfg: ModelConfig) -> Scale:
@@ -24,12 +32,13 @@ def _alpha(cfg: ModelConfig) -> Scale:
 
 
 class NGPTBlock(Block):
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, scale: float) -> None:
         super().__init__()
         self.layer = layer
         d, dff = cfg.d_model, cfg.ffn_dim
         self.n_heads, self.head_dim, self.d_ff = cfg.n_heads, cfg.head_dim, dff
-        self.scale = cfg.effective_softmax_scale  # sqrt(d_h): q, k are unit vectors
+        self.scale = scale  # sqrt(d_h) by default: q, k are unit vectors
+        self.act = ACTIVATIONS[cfg.activation]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]
@@ -41,33 +50,32 @@ class NGPTBlock(Block):
         self.alpha_M = _alpha(cfg)
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
+        # q, k, v = W_q h, W_k h, W_v h
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
-        dt = q.dtype  # the branch's compute dtype (bf16 under autocast); the residual stream keeps h.dtype
         self.record(q=q, k=k, v=v)
-        # q, k = s_qk * Norm(q), s_qk * Norm(k), per head, after RoPE. Only the product enters the logits,
-        # (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale sqrt(d_h) go onto q alone.
+        # q, k = s_qk Norm(RoPE(q)), s_qk Norm(RoPE(k)) per head, logits sqrt(d_h) q.k. Only the product enters the
+        # logits, (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale go onto q alone.
         s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
-        q = unit_norm(ctx.rotate(q)) * (s_qk * s_qk * self.scale).to(dt)
+        q = unit_norm(ctx.rotate(q)) * (s_qk * s_qk * self.scale).to(q.dtype)
         k = unit_norm(ctx.rotate(k))
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
-        self.record(attn_out=o)
-        # h_A = Norm(Attn(h)); h = Norm(h + |a_A| (h_A - h))
-        h_a = unit_norm(self.proj(merge_heads(o)).to(h.dtype))
-        h = unit_norm(torch.lerp(h, h_a, self.alpha_A().to(h.dtype)))
-        self.record(h_A=h_a)
-        # u, z = s_uz * (W_u h), s_uz * (W_z h), s_uz applied to the rows of W_uz (cheaper than to u, z)
-        s_uz = (self.s_uz() * self.uz_gain).unsqueeze(-1).to(self.up.weight.dtype)
-        u, z = F.linear(h, self.up.weight * s_uz).split(self.d_ff, dim=-1)
-        # h_M = Norm(W_d (u * silu(z)));  h = Norm(h + |a_M| (h_M - h))
-        h_m = unit_norm(self.down(u * F.silu(z)).to(h.dtype))
-        self.record(h_M=h_m)
-        h = unit_norm(torch.lerp(h, h_m, self.alpha_M().to(h.dtype)))
-        self.record(h=h)
+        # h_A = Norm(W_p o);  h = Norm(h + |a_A| (h_A - h))
+        h_A = unit_norm(self.proj(merge_heads(o)).to(h.dtype))
+        h = unit_norm(torch.lerp(h, h_A, self.alpha_A().to(h.dtype)))
+        self.record(attn_out=o, h_A=h_A)
+        # u, z = s_u (W_u h), s_z (W_z h), with s_uz = stored s_uz * sqrt(d)
+        u, z = scaled_linear(h, self.up.weight, self.s_uz() * self.uz_gain).split(self.d_ff, dim=-1)
+        # h_M = Norm(W_d (u silu(z)));  h = Norm(h + |a_M| (h_M - h))
+        h_M = unit_norm(self.down(u * self.act(z)).to(h.dtype))
+        h = unit_norm(torch.lerp(h, h_M, self.alpha_M().to(h.dtype)))
+        self.record(h_M=h_M, h=h)
         return h
 
 
 class SphereLM(LanguageModel):
     """What nGPT and anGPT share: an LM head scaled by the learned s_z, and unit-row init of every matrix."""
+
+    unit_qk = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -81,15 +89,17 @@ class SphereLM(LanguageModel):
                 init_unit_rows(w, dim)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        # logits = s_z * (W_out h), s_z applied to W_out's [V, d] rows rather than the [B, T, V] logits;
-        # no final norm
-        return F.linear(h, self.lm_head.weight * self.s_z().unsqueeze(-1).to(self.lm_head.weight.dtype))
+        # logits = s_z * (W_out h); no final norm
+        return scaled_linear(h, self.lm_head.weight, self.s_z())
 
 
 class NGPT(SphereLM):
+    weight_constraint = "unit"
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        self.blocks = nn.ModuleList(NGPTBlock(config, i) for i in range(config.n_layers))
+        scale = self.default_softmax_scale(config)
+        self.blocks = nn.ModuleList(NGPTBlock(config, i, scale) for i in range(config.n_layers))
         self.reset_parameters()
 
     def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
@@ -98,4 +108,4 @@ class NGPT(SphereLM):
         along_d = [(self.embed.weight, 1), (self.lm_head.weight, 1)]
         for b in self.blocks:
             along_d += [(b.qkv.weight, 1), (b.up.weight, 1), (b.proj.weight, 0), (b.down.weight, 0)]
-        return {self.config.effective_weight_constraint: along_d}
+        return {self.constraint_of(self.config): along_d}

@@ -167,7 +167,7 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
 
     The model is built from the model config stored in state.json and put in eval mode.
     """
-    from angpt.models import MODEL_CLASSES, ModelConfig
+    from angpt.models import ModelConfig, model_from_config
 
     path = Path(path)
     if path.is_dir() and not (path / STATE_FILE).is_file() and list_checkpoints(path):
@@ -177,7 +177,7 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
     if "model_config" not in state:
         raise CheckpointError(f"{path / STATE_FILE} has no model_config; not an angpt checkpoint")
     cfg = ModelConfig.from_dict(state["model_config"])
-    model = MODEL_CLASSES[cfg.arch](cfg)
+    model = model_from_config(cfg)
     load_into(model, load_model_state(path), str(path))
     tokenizer = None
     if (path / "tokenizer.json").is_file() or (path / "angpt_tokenizer.json").is_file():

@@ -11,11 +11,8 @@ from typing import Any
 import yaml
 
 from angpt.errors import ConfigError
-from angpt.models.config import ARCHS, PRESETS, ModelConfig
-
-# Default peak learning rates for the demo scale. nGPT and anGPT want several times GPT+'s rate (SPEC.md
-# section 4); `angpt compare` tunes each arm's rate by its own sweep instead of relying on these.
-DEFAULT_LR = {"gpt": 2e-3, "gpt+": 2e-3, "ngpt": 8e-3, "angpt": 4e-3}
+from angpt.models import registry
+from angpt.models.config import PRESETS, ModelConfig
 
 
 @dataclass
@@ -25,8 +22,8 @@ class TrainConfig:
     batch_tokens: int = 16384  # global batch in tokens: split into ranks x micro-batches x accumulation
     micro_batch: int = 16  # sequences per rank per forward
     seq_len: int | None = None  # None -> the model's context length
-    lr: float | None = None  # None -> DEFAULT_LR[arch]
-    weight_decay: float = 0.1  # GPT/GPT+ only (matrices); nGPT/anGPT use none
+    lr: float | None = None  # None -> the architecture's recipe (models/registry.py)
+    weight_decay: float | None = None  # None -> the recipe's (0.1 on GPT/GPT+ matrices); nGPT/anGPT use none
     warmup_steps: int | None = None  # None -> 5% for GPT/GPT+, 0 for nGPT/anGPT
     min_lr_ratio: float = 0.1
     beta1: float = 0.9
@@ -87,8 +84,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:
-        if self.arch not in ARCHS:
-            raise ConfigError(f"unknown architecture {self.arch!r}; use one of: {', '.join(ARCHS)}")
+        registry.get(self.arch)  # a one-line error naming the architectures
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; use one of: {', '.join(PRESETS)}")
         if self.dist not in ("ddp", "fsdp"):
@@ -101,7 +97,7 @@ class RunConfig:
 
     @property
     def lr(self) -> float:
-        return self.train.lr if self.train.lr is not None else DEFAULT_LR[self.arch]
+        return self.train.lr if self.train.lr is not None else registry.get(self.arch).recipe.lr
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,37 +1,45 @@
-"""The training loop behind `angpt train`: one process or many (torchrun), DDP or FSDP2, exact resume."""
+"""The training loop behind `angpt train`: one process or many (torchrun), DDP or FSDP2, exact resume.
+
+`train(cfg)` sets a run up (`Trainer.__init__`: data, model, optimizer, resume), then steps it with the shared
+`TrainStep` (train/step.py), evaluating, logging and checkpointing on the way. Anything beyond validation loss
+that should run at evaluation time (lm-eval tasks, say) comes in as an evaluator: a callable `(model, step)` ->
+metrics, which the CLI wires in, so that this module needs nothing from inference.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import platform
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from angpt.errors import ConfigError, UserError
-from angpt.models import MODEL_CLASSES, ModelConfig, apply_constraints, make_config, unwrap
+from angpt.models import ModelConfig, make_config, model_from_config, unwrap
 from angpt.train import checkpoint as ckpt
 from angpt.train.config import RunConfig
 from angpt.train.dist import (
-    DistInfo,
     all_reduce_mean,
     full_model_state,
     full_optimizer_state,
     init_distributed,
     load_full_state,
-    no_grad_sync,
     parallelize,
 )
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
+from angpt.train.provenance import provenance
+from angpt.train.signals import StopSignals
+from angpt.train.step import TrainStep, autocast, resolve_dtype, synchronize
+
+Evaluator = Callable[[nn.Module, int], dict[str, float]]
 
 
 class TrainingError(UserError):
@@ -51,91 +59,6 @@ class TrainResult:
     step_time_median: float | None
 
 
-# ------------------------------------------------------------------------------------------------ helpers
-def cpu_supports_bf16() -> bool:
-    """True when the CPU has native bf16 matmul (AMX or AVX512-BF16); without it bf16 is far slower than fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def resolve_dtype(requested: str, device: torch.device) -> str:
-    if requested != "auto":
-        return requested
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_supports_bf16() else "fp32"
-
-
-def autocast(device: torch.device, dtype: str):
-    if dtype == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def git_revision() -> str | None:
-    try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def provenance(cfg: RunConfig, info: DistInfo, dtype: str) -> dict[str, Any]:
-    import angpt
-
-    dev = torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else platform.processor() or "cpu"
-    return {
-        "angpt_version": angpt.__version__,
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-        "git_revision": git_revision(),
-        "seed": cfg.train.seed,
-        "device": dev,
-        "device_type": info.device.type,
-        "world_size": info.world_size,
-        "dist": cfg.dist if info.enabled else None,
-        "dtype": dtype,
-        "threads": torch.get_num_threads(),
-        "hostname": platform.node(),
-        "command": sys.argv,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-class _Signals:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the current step and exits.
-
-    The handler never raises, so a signal that arrives during a save cannot interrupt it half-way.
-    """
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self):
-        if threading_main():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
     """Preset + overrides; the vocabulary follows the dataset unless given, and must cover it."""
     overrides = dict(cfg.model)
@@ -153,262 +76,290 @@ def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
     return make_config(cfg.arch, cfg.preset, **overrides)
 
 
-# --------------------------------------------------------------------------------------------------- train
-def train(cfg: RunConfig) -> TrainResult:
-    """Train one run described by `cfg`; returns where it stopped. Safe to call again to resume (resume=auto)."""
-    from angpt.data import TokenLoader, check_compatible, iter_eval_batches, load_meta
+def check_batch_geometry(batch_tokens: int, seq_len: int, micro_batch: int, world_size: int) -> int:
+    """Gradient-accumulation steps of a global batch; a one-line ConfigError when it does not divide evenly."""
+    seqs, rem = divmod(batch_tokens, seq_len)
+    per_step = micro_batch * world_size
+    if rem or seqs % per_step:
+        raise ConfigError(
+            f"train.batch_tokens={batch_tokens} must be a multiple of seq_len x micro_batch x ranks = "
+            f"{seq_len} x {micro_batch} x {world_size} = {seq_len * per_step}; e.g. --train.batch_tokens "
+            f"{max(1, round(batch_tokens / (seq_len * per_step))) * seq_len * per_step}"
+        )
+    return seqs // per_step
 
-    cfg.validate()
-    if cfg.data is None:
-        raise ConfigError("no dataset: pass --data DIR (a folder written by `angpt prepare`)")
-    if cfg.out is None:
-        raise ConfigError("no output directory: pass --out DIR")
-    out = Path(cfg.out)
-    tc = cfg.train
-    info = init_distributed(tc.device)
-    meta = load_meta(cfg.data)
-    if cfg.init_from is not None:  # the model is whatever the checkpoint holds (e.g. an imported Qwen3)
+
+# --------------------------------------------------------------------------------------------------- train
+def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> TrainResult:
+    """Train one run described by `cfg`; returns where it stopped. Safe to call again to resume (resume=auto).
+
+    `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
+    CLI passes lm-eval's when `train.eval_tasks` is set.
+    """
+    return Trainer(cfg, evaluators).run()
+
+
+class Trainer:
+    """One run: set up (data, model, optimizer, resume) on construction; `run()` trains to the end or a stop."""
+
+    def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> None:
+        from angpt.data import TokenLoader, check_compatible, load_meta
+
+        cfg.validate()
+        if cfg.data is None:
+            raise ConfigError("no dataset: pass --data DIR (a folder written by `angpt prepare`)")
+        if cfg.out is None:
+            raise ConfigError("no output directory: pass --out DIR")
+        if cfg.train.eval_tasks and not evaluators:
+            raise ConfigError(
+                "train.eval_tasks needs an evaluator: pass evaluators=[angpt.infer.task_evaluator(cfg)] "
+                "(`angpt train` does this itself)"
+            )
+        self.cfg, self.tc, self.out = cfg, cfg.train, Path(cfg.out)
+        self.evaluators = evaluators or []
+        tc = self.tc
+        self.info = info = init_distributed(tc.device)
+        self.meta = load_meta(cfg.data)
+        self.mcfg = self._model_config()
+        check_compatible(self.meta, self.mcfg.vocab_size)
+        self.T = tc.seq_len or self.mcfg.context_length
+        if self.T > self.mcfg.context_length:
+            raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
+        accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
+        self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
+        if self.resume_from is None and (self.out / "metrics.jsonl").exists():
+            raise UserError(
+                f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to resume; "
+                "pass --resume auto to continue it, or choose a new --out"
+            )
+        if tc.deterministic:
+            torch.use_deterministic_algorithms(True)
+        self.dtype = resolve_dtype(tc.dtype, info.device)
+
+        torch.manual_seed(tc.seed)
+        model = model_from_config(self.mcfg).to(info.device)
+        self.flops_per_token = model.flops_per_token(self.T)
+        self.model = parallelize(model, info, cfg.dist)
+        self.base = unwrap(self.model)
+        self.opt, self.sched = make_optimizer(
+            self.model,
+            cfg.arch,
+            cfg.lr,
+            max_steps=tc.max_steps,
+            weight_decay=tc.weight_decay,
+            warmup_steps=tc.warmup_steps,
+            min_lr_ratio=tc.min_lr_ratio,
+            betas=(tc.beta1, tc.beta2),
+        )
+        self.loader = TokenLoader(
+            cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed
+        )
+        self.step, self.tokens = 0, 0
+        self._load_weights()
+        self.step_fn = TrainStep(
+            self.model,
+            self.opt,
+            self.sched,
+            device=info.device,
+            dtype=self.dtype,
+            accum=accum,
+            grad_clip=tc.grad_clip,
+            forward=torch.compile(self.model) if tc.compile else self.model,
+            dist=info,
+        )
+
+    def _model_config(self) -> ModelConfig:
+        cfg = self.cfg
+        if cfg.init_from is None:
+            return resolve_model_config(cfg, self.meta)
+        # The model is whatever the checkpoint holds (an imported Qwen3, say).
         ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
         mcfg = ModelConfig.from_dict(ckpt.read_state(cfg.init_from)["model_config"])
         if mcfg.arch != cfg.arch:
             raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
-    else:
-        mcfg = resolve_model_config(cfg, meta)
-    check_compatible(meta, mcfg.vocab_size)
-    T = tc.seq_len or mcfg.context_length
-    if T > mcfg.context_length:
-        raise ConfigError(f"train.seq_len={T} exceeds the model's context length {mcfg.context_length}")
-    seqs, rem = divmod(tc.batch_tokens, T)
-    per_step = tc.micro_batch * info.world_size
-    if rem or seqs % per_step:
-        raise ConfigError(
-            f"train.batch_tokens={tc.batch_tokens} must be a multiple of seq_len x micro_batch x ranks = "
-            f"{T} x {tc.micro_batch} x {info.world_size} = {T * per_step}; e.g. --train.batch_tokens "
-            f"{max(1, round(tc.batch_tokens / (T * per_step))) * T * per_step}"
-        )
-    accum = seqs // per_step
-    resume_from = ckpt.resolve_resume(out, cfg.resume)
-    if resume_from is None and (out / "metrics.jsonl").exists():
-        raise UserError(
-            f"{out} already holds a run (metrics.jsonl) but no checkpoint to resume; "
-            "pass --resume auto to continue it, or choose a new --out"
-        )
-    if tc.deterministic:
-        torch.use_deterministic_algorithms(True)
-    dtype = resolve_dtype(tc.dtype, info.device)
+        return mcfg
 
-    torch.manual_seed(tc.seed)
-    model = MODEL_CLASSES[mcfg.arch](mcfg).to(info.device)
-    flops_per_token = model.flops_per_token(T)
-    model = parallelize(model, info, cfg.dist)
-    base = unwrap(model)
-    opt, sched = make_optimizer(
-        model,
-        cfg.arch,
-        cfg.lr,
-        max_steps=tc.max_steps,
-        weight_decay=tc.weight_decay,
-        warmup_steps=tc.warmup_steps,
-        min_lr_ratio=tc.min_lr_ratio,
-        betas=(tc.beta1, tc.beta2),
-    )
-    loader = TokenLoader(cfg.data, "train", tc.micro_batch, T, rank=info.rank, world_size=info.world_size, seed=tc.seed)
-    step, tokens = 0, 0
-    if resume_from is not None:
-        state = ckpt.read_state(resume_from)
-        if state.get("model_config") != mcfg.to_dict():
-            raise UserError(f"checkpoint {resume_from} was trained with a different model config; use a new --out")
-        trainer = ckpt.load_trainer_state(resume_from)
-        model_sd = ckpt.load_model_state(resume_from)
-        ckpt.check_fits(base, model_sd, str(resume_from))
-        load_full_state(model, opt, model_sd, trainer["optimizer"])
-        sched.load_state_dict(trainer["scheduler"])
-        torch.set_rng_state(trainer["rng"]["torch"])
-        loader.load_state_dict(state["data"])
-        step, tokens = state["step"], state["tokens"]
-    elif cfg.init_from is not None:
-        model_sd = ckpt.load_model_state(cfg.init_from)
-        ckpt.check_fits(base, model_sd, str(cfg.init_from))
-        load_full_state(model, None, model_sd, None)
-    train_fn = torch.compile(model) if tc.compile else model
+    def _load_weights(self) -> None:
+        """Resume (weights, optimizer, schedule, RNG, data position) or start from --init_from's weights."""
+        if self.resume_from is not None:
+            path = self.resume_from
+            state = ckpt.read_state(path)
+            if state.get("model_config") != self.mcfg.to_dict():
+                raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
+            trainer = ckpt.load_trainer_state(path)
+            model_sd = ckpt.load_model_state(path)
+            ckpt.check_fits(self.base, model_sd, str(path))
+            load_full_state(self.model, self.opt, model_sd, trainer["optimizer"])
+            self.sched.load_state_dict(trainer["scheduler"])
+            torch.set_rng_state(trainer["rng"]["torch"])
+            self.loader.load_state_dict(state["data"])
+            self.step, self.tokens = state["step"], state["tokens"]
+        elif self.cfg.init_from is not None:
+            model_sd = ckpt.load_model_state(self.cfg.init_from)
+            ckpt.check_fits(self.base, model_sd, str(self.cfg.init_from))
+            load_full_state(self.model, None, model_sd, None)
 
-    if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps({"run": cfg.to_dict(), "model": mcfg.to_dict()}, indent=2))
-        prov = provenance(cfg, info, dtype)
-        (out / "provenance.json").write_text(json.dumps(prov, indent=2))
-    logger = MetricsLogger(
-        out,
-        tensorboard=tc.tensorboard,
-        wandb=tc.wandb,
-        wandb_project=tc.wandb_project,
-        config=cfg.to_dict(),
-        enabled=info.is_main,
-    )
-    bpt = meta.get("bytes_per_token") or _bytes_per_token(meta)
-    peak = peak_flops(info.device, tc.peak_flops)
+    # ------------------------------------------------------------------------------------------------ pieces
+    def evaluate(self) -> tuple[float, float | None]:
+        """Validation loss (nats per token, mean over ranks) and bits per byte."""
+        from angpt.data import iter_eval_batches
 
-    def evaluate() -> tuple[float, float | None]:
-        model.eval()
+        info, tc = self.info, self.tc
+        self.model.eval()
         total, n = torch.zeros((), device=info.device), 0
-        with torch.no_grad(), autocast(info.device, dtype):
+        with torch.no_grad(), autocast(info.device, self.dtype):
             for x, y in iter_eval_batches(
-                cfg.data, tc.micro_batch, T, max_batches=tc.eval_batches, rank=info.rank, world_size=info.world_size
+                self.cfg.data,
+                tc.micro_batch,
+                self.T,
+                max_batches=tc.eval_batches,
+                rank=info.rank,
+                world_size=info.world_size,
             ):
-                _, loss = model(x.to(info.device), y.to(info.device))
+                _, loss = self.model(x.to(info.device), y.to(info.device))
                 total += loss.float()
                 n += 1
-        model.train()
-        val = all_reduce_mean(total / max(n, 1), info).item()
+        self.model.train()
+        val = all_reduce_mean(total / max(n, 1), self.info).item()
+        bpt = self.meta.get("bytes_per_token") or _bytes_per_token(self.meta)
         return val, bits_per_byte(val, bpt)
 
-    def save(step: int, metrics: dict) -> Path | None:
-        model_sd = full_model_state(model)
-        optim_sd = full_optimizer_state(model, opt)
-        if not info.is_main:
+    def health(self) -> dict[str, float]:
+        """Per-layer norms and scales on one validation batch (single process only)."""
+        from angpt.data import iter_eval_batches
+
+        xb, _ = next(iter(iter_eval_batches(self.cfg.data, min(4, self.tc.micro_batch), self.T, max_batches=1)))
+        return health_metrics(self.base, xb.to(self.info.device))
+
+    def save(self, metrics: dict) -> Path | None:
+        """Checkpoint the current step (every rank gathers; rank 0 writes); returns its path on rank 0."""
+        model_sd = full_model_state(self.model)
+        optim_sd = full_optimizer_state(self.model, self.opt)
+        if not self.info.is_main:
             return None
         trainer_state = {
             "optimizer": optim_sd,
-            "scheduler": sched.state_dict(),
+            "scheduler": self.sched.state_dict(),
             "rng": {"torch": torch.get_rng_state()},
         }
         state = {
-            "tokens": tokens,
-            "data": loader.state_dict(),
-            "run_config": cfg.to_dict(),
-            "model_config": mcfg.to_dict(),
+            "tokens": self.tokens,
+            "data": self.loader.state_dict(),
+            "run_config": self.cfg.to_dict(),
+            "model_config": self.mcfg.to_dict(),
             "metrics": metrics,
-            "world_size": info.world_size,
+            "world_size": self.info.world_size,
         }
         return ckpt.save_checkpoint(
-            out, step, model_sd, trainer_state, state, tokenizer_dir=cfg.data, keep_last=tc.keep_last
+            self.out,
+            self.step,
+            model_sd,
+            trainer_state,
+            state,
+            tokenizer_dir=self.cfg.data,
+            keep_last=self.tc.keep_last,
         )
 
-    last_ckpt = resume_from
-    status, loss_value, val_loss, val_bpb = "finished", None, None, None
-    step_times: list[float] = []
-    pbar = _progress(tc.progress and info.is_main, step, tc.max_steps)
-    model.train()
-    with _Signals() as signals:
-        while step < tc.max_steps:
-            t0 = time.perf_counter()
-            loss_sum = torch.zeros((), device=info.device)
-            data_time = 0.0
-            for micro in range(accum):
-                td = time.perf_counter()
-                x, y = loader.next_batch()
-                data_time += time.perf_counter() - td
-                x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
-                with no_grad_sync(model, info.enabled and micro < accum - 1), autocast(info.device, dtype):
-                    _, loss = train_fn(x, y)
-                (loss / accum).backward()
-                loss_sum += loss.detach().float()
-            loss_t = all_reduce_mean(loss_sum / accum, info)
-            loss_value = loss_t.item()
-            if not math.isfinite(loss_value):
-                where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
-                raise TrainingError(f"loss is {loss_value} at step {step + 1}; stopping ({where})")
-            grad_norm = (
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-                if tc.grad_clip > 0
-                else _grad_norm(model)
-            )
-            opt.step()  # the weight constraint (nGPT, anGPT) runs in the optimizer's post-step hook
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            tokens += tc.batch_tokens
-            if info.device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            step_times.append(dt)
-            tok_s = tc.batch_tokens / dt
-            mfu = flops_per_token * tok_s / (peak * info.world_size) if peak else None
-            row: dict[str, Any] = {
-                "step": step,
-                "loss": loss_value,
-                "lr": sched.get_last_lr()[0],
-                "tokens": tokens,
-                "grad_norm": float(grad_norm),
-                "tokens_per_sec": tok_s,
-                "step_time": dt,
-                "data_time": data_time,
-            }
-            if mfu is not None:
-                row["mfu"] = mfu
-            last = step == tc.max_steps
-            if (tc.eval_every and step % tc.eval_every == 0) or last:
-                val_loss, val_bpb = evaluate()
-                row["val_loss"] = val_loss
-                if val_bpb is not None:
-                    row["val_bpb"] = val_bpb
-                if info.is_main and not info.enabled:
-                    xb, _ = next(iter(iter_eval_batches(cfg.data, min(4, tc.micro_batch), T, max_batches=1)))
-                    row.update(health_metrics(base, xb.to(info.device)))
-            if tc.eval_tasks and tc.eval_tasks_every and (step % tc.eval_tasks_every == 0 or last):
-                row.update(task_metrics(base, cfg, info))
-            if step % tc.log_every == 0 or "val_loss" in row or step == 1:
-                logger.log(row)
-            if pbar is not None:
-                pbar.update(1)
-                pbar.set_postfix_str(_postfix(row, mfu))
-            stop = signals.received is not None or (tc.stop_at is not None and step >= tc.stop_at and not last)
-            if stop or last or (tc.save_every and step % tc.save_every == 0):
-                last_ckpt = save(step, {k: v for k, v in row.items() if not k.startswith("health/")}) or last_ckpt
-            if stop:
-                status = "interrupted"
-                if info.is_main:
-                    why = f"{signal.Signals(signals.received).name} received" if signals.received else "train.stop_at"
-                    print(f"\n{why}: saved {last_ckpt} at step {step}; resume with --resume auto", file=sys.stderr)
-                break
-    if pbar is not None:
-        pbar.close()
-    logger.close()
-    if info.is_main and status == "finished":
-        plot_loss_curve(out, f"{cfg.arch} ({cfg.preset})")
-    step_times_sorted = sorted(step_times[1:] or step_times)
-    return TrainResult(
-        out=out,
-        step=step,
-        status=status,
-        final_loss=loss_value,
-        val_loss=val_loss,
-        val_bpb=val_bpb,
-        checkpoint=last_ckpt,
-        tokens=tokens,
-        step_time_median=step_times_sorted[len(step_times_sorted) // 2] if step_times_sorted else None,
-    )
+    def _write_run_files(self) -> None:
+        if self.info.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            run = {"run": self.cfg.to_dict(), "model": self.mcfg.to_dict()}
+            (self.out / "config.json").write_text(json.dumps(run, indent=2))
+            (self.out / "provenance.json").write_text(json.dumps(provenance(self.cfg, self.info, self.dtype), indent=2))
 
-
-def task_metrics(model, cfg: RunConfig, info: DistInfo) -> dict[str, float]:
-    """lm-eval tasks on the current model (rank 0 only), as flat `task/<task>/<metric>` scalars."""
-    if not info.is_main or info.enabled:
-        return {}  # the harness runs one process on the whole model; skip it under DDP/FSDP
-    from angpt.data import load_tokenizer
-    from angpt.infer.harness import evaluate_tasks
-
-    tc = cfg.train
-    was_training = model.training
-    results = evaluate_tasks(
-        model.eval(),
-        load_tokenizer(cfg.data),
-        tc.eval_tasks,
-        include_path=tc.eval_tasks_include,
-        limit=tc.eval_tasks_limit,
-        bootstrap_iters=0,
-    )
-    model.train(was_training)
-    out = {}
-    for task, metrics in results.get("results", {}).items():
-        for name, value in metrics.items():
-            if isinstance(value, (int, float)) and "stderr" not in name:
-                out[f"task/{task}/{name.split(',')[0]}"] = float(value)
-    return out
-
-
-def _grad_norm(model) -> torch.Tensor:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    # ------------------------------------------------------------------------------------------------- loop
+    def run(self) -> TrainResult:
+        cfg, tc, info = self.cfg, self.tc, self.info
+        self._write_run_files()
+        logger = MetricsLogger(
+            self.out,
+            tensorboard=tc.tensorboard,
+            wandb=tc.wandb,
+            wandb_project=tc.wandb_project,
+            config=cfg.to_dict(),
+            enabled=info.is_main,
+        )
+        peak = peak_flops(info.device, tc.peak_flops)
+        last_ckpt = self.resume_from
+        status, loss_value, val_loss, val_bpb = "finished", None, None, None
+        step_times: list[float] = []
+        pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
+        self.model.train()
+        with StopSignals() as signals:
+            while self.step < tc.max_steps:
+                t0 = time.perf_counter()
+                loss_value = self.step_fn.accumulate(self.loader.next_batch).item()
+                if not math.isfinite(loss_value):
+                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
+                    raise TrainingError(f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
+                grad_norm = self.step_fn.update()
+                self.step += 1
+                self.tokens += tc.batch_tokens
+                synchronize(info.device)
+                dt = time.perf_counter() - t0
+                step_times.append(dt)
+                tok_s = tc.batch_tokens / dt
+                mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
+                row: dict[str, Any] = {
+                    "step": self.step,
+                    "loss": loss_value,
+                    "lr": self.sched.get_last_lr()[0],
+                    "tokens": self.tokens,
+                    "grad_norm": float(grad_norm),
+                    "tokens_per_sec": tok_s,
+                    "step_time": dt,
+                    "data_time": self.step_fn.data_time,
+                }
+                if mfu is not None:
+                    row["mfu"] = mfu
+                last = self.step == tc.max_steps
+                if (tc.eval_every and self.step % tc.eval_every == 0) or last:
+                    val_loss, val_bpb = self.evaluate()
+                    row["val_loss"] = val_loss
+                    if val_bpb is not None:
+                        row["val_bpb"] = val_bpb
+                    if info.is_main and not info.enabled:
+                        row.update(self.health())
+                if self.evaluators and tc.eval_tasks_every and (self.step % tc.eval_tasks_every == 0 or last):
+                    if info.is_main and not info.enabled:  # evaluators run one process on the whole model
+                        for evaluator in self.evaluators:
+                            row.update(evaluator(self.base, self.step))
+                if self.step % tc.log_every == 0 or "val_loss" in row or self.step == 1:
+                    logger.log(row)
+                if pbar is not None:
+                    pbar.update(1)
+                    pbar.set_postfix_str(_postfix(row, mfu))
+                stop = signals.received is not None or (tc.stop_at is not None and self.step >= tc.stop_at and not last)
+                if stop or last or (tc.save_every and self.step % tc.save_every == 0):
+                    last_ckpt = self.save({k: v for k, v in row.items() if not k.startswith("health/")}) or last_ckpt
+                if stop:
+                    status = "interrupted"
+                    if info.is_main:
+                        why = (
+                            f"{signal.Signals(signals.received).name} received" if signals.received else "train.stop_at"
+                        )
+                        print(
+                            f"\n{why}: saved {last_ckpt} at step {self.step}; resume with --resume auto",
+                            file=sys.stderr,
+                        )
+                    break
+        if pbar is not None:
+            pbar.close()
+        logger.close()
+        if info.is_main and status == "finished":
+            plot_loss_curve(self.out, f"{cfg.arch} ({cfg.preset})")
+        times = sorted(step_times[1:] or step_times)
+        return TrainResult(
+            out=self.out,
+            step=self.step,
+            status=status,
+            final_loss=loss_value,
+            val_loss=val_loss,
+            val_bpb=val_bpb,
+            checkpoint=last_ckpt,
+            tokens=self.tokens,
+            step_time_median=times[len(times) // 2] if times else None,
+        )
 
 
 def _bytes_per_token(meta: dict) -> float | None:
@@ -440,8 +391,3 @@ def _postfix(row: dict, mfu: float | None) -> str:
     if mfu is not None:
         parts.append(f"MFU {100 * mfu:.1f}%")
     return ", ".join(parts)
-
-
-def apply_constraints_now(model) -> None:
-    """Re-apply the weight constraint (after loading foreign weights, say)."""
-    apply_constraints(unwrap(model).constraint_groups())

@@ -1,4 +1,6 @@
-"""Each architecture's optimizer and learning-rate schedule (SPEC.md section 1).
+"""Each architecture's optimizer and learning-rate schedule, as its registry entry's `Recipe` says.
+
+See docs/architectures.md#optimizer-recipes.
 
 GPT / GPT+: AdamW, weight decay on matrices only, linear warm-up then cosine decay.
 nGPT / anGPT: Adam, no weight decay, no warm-up, cosine decay; their weight constraint runs after every step.
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from angpt.errors import ConfigError
+from angpt.models import registry
 from angpt.models.constraints import attach_constraints, unwrap
 
 
@@ -32,46 +35,43 @@ class Schedule:
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def default_warmup(arch: str, max_steps: int) -> int:
-    """GPT+ warms up over 5% of the run (at most 1000 steps); nGPT and anGPT need none (the paper's claim)."""
-    return min(1000, max(1, max_steps // 20)) if arch in ("gpt", "gpt+") else 0
-
-
 def make_optimizer(
     model: nn.Module,
     arch: str | None = None,
     lr: float = 1e-3,
     *,
     max_steps: int = 1000,
-    weight_decay: float = 0.1,
+    weight_decay: float | None = None,
     warmup_steps: int | None = None,
     min_lr_ratio: float = 0.1,
     betas: tuple[float, float] = (0.9, 0.95),
     eps: float = 1e-8,
     constraints: bool = True,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """The optimizer and LR scheduler SPEC.md gives `arch` (default: the model's own), constraints attached.
+    """The optimizer and LR scheduler of `arch`'s recipe (default: the model's own), constraints attached.
 
-    Call `scheduler.step()` after each `optimizer.step()`.
+    `weight_decay` applies to matrices where the recipe decays at all (AdamW); None -> the recipe's value.
+    `warmup_steps` None -> the recipe's warm-up. Call `scheduler.step()` after each `optimizer.step()`.
     """
     base = unwrap(model)
-    arch = arch or base.config.arch
+    recipe = registry.get(arch or base.config.arch).recipe
     if not lr > 0:
         raise ConfigError(f"train.lr={lr!r} must be positive")
     if max_steps <= 0:
         raise ConfigError(f"train.max_steps={max_steps!r} must be a positive integer")
     params = [p for p in model.parameters() if p.requires_grad]
     fused = {"fused": True} if all(p.device.type in ("cuda", "cpu") for p in params) else {}
-    if arch in ("gpt", "gpt+"):
+    if recipe.optimizer == "adamw":
+        wd = recipe.weight_decay if weight_decay is None else weight_decay
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
-    elif arch in ("ngpt", "angpt"):
+    elif recipe.optimizer == "adam":
         optimizer = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, **fused)
     else:
-        raise ConfigError(f"unknown architecture {arch!r}; use one of: gpt, gpt+, ngpt, angpt")
-    warmup = default_warmup(arch, max_steps) if warmup_steps is None else warmup_steps
+        raise ConfigError(f"unknown optimizer {recipe.optimizer!r} in the recipe; use adamw or adam")
+    warmup = recipe.warmup_steps(max_steps) if warmup_steps is None else warmup_steps
     schedule = Schedule(max_steps=max_steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     if constraints:

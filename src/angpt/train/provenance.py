@@ -1,0 +1,46 @@
+"""What a run directory records about where it came from: versions, git revision, seed, device, command."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from angpt.train.config import RunConfig
+from angpt.train.dist import DistInfo
+
+
+def git_revision() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(cfg: RunConfig, info: DistInfo, dtype: str) -> dict[str, Any]:
+    import angpt
+
+    dev = torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else platform.processor() or "cpu"
+    return {
+        "angpt_version": angpt.__version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "git_revision": git_revision(),
+        "seed": cfg.train.seed,
+        "device": dev,
+        "device_type": info.device.type,
+        "world_size": info.world_size,
+        "dist": cfg.dist if info.enabled else None,
+        "dtype": dtype,
+        "threads": torch.get_num_threads(),
+        "hostname": platform.node(),
+        "command": sys.argv,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

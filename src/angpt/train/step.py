@@ -1,0 +1,124 @@
+"""The training step, written once: `angpt train`, `compare`'s time estimate and `bench step` all run this.
+
+One step is: forward and backward over the micro-batches of one global batch (gradient sync only on the last under
+DDP), the mean loss across ranks, gradient clipping, the optimizer step (whose post-step hook applies the weight
+constraint of nGPT and anGPT), the learning-rate schedule, and zeroing the gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from angpt.train.dist import DistInfo, all_reduce_mean, no_grad_sync
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has native bf16 matmul (AMX or AVX512-BF16); without it bf16 is far slower than fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_dtype(requested: str, device: torch.device) -> str:
+    """ "auto" -> "bf16" where the device computes bf16 natively (CUDA with bf16, CPUs with AMX/AVX512-BF16)."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_supports_bf16() else "fp32"
+
+
+def autocast(device: torch.device, dtype: str):
+    """bf16 autocast for compute ("bf16"), or nothing ("fp32"); parameters stay fp32 either way."""
+    if dtype == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    raise ValueError(f"unknown dtype {dtype!r}; use fp32 or bf16")
+
+
+@dataclass
+class StepStats:
+    loss: float  # mean over the global batch (all ranks)
+    grad_norm: float  # before clipping
+    data_time: float  # seconds spent fetching batches
+
+
+class TrainStep:
+    """One optimizer step over `accum` micro-batches.
+
+    `forward` is what computes `(logits, loss)` (the model, or its compiled form); `model` is the module whose
+    parameters are clipped. Call it as a whole (`step(next_batch)`), or in two halves when something must look at
+    the loss before the weights change: `loss = step.accumulate(next_batch)`, then `grad_norm = step.update()`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+        *,
+        device: torch.device,
+        dtype: str,
+        accum: int = 1,
+        grad_clip: float = 1.0,
+        forward: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
+        dist: DistInfo | None = None,
+    ) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.device, self.dtype, self.accum, self.grad_clip = device, dtype, accum, grad_clip
+        self.forward = forward or model
+        self.dist = dist
+        self.data_time = 0.0
+
+    def accumulate(self, next_batch: Callable[[], Batch]) -> torch.Tensor:
+        """Forward and backward over the micro-batches; returns the mean loss over the global batch (a tensor)."""
+        loss_sum = torch.zeros((), device=self.device)
+        sync_off = self.dist is not None and self.dist.enabled
+        self.data_time = 0.0
+        for micro in range(self.accum):
+            t0 = time.perf_counter()
+            x, y = next_batch()
+            self.data_time += time.perf_counter() - t0
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with no_grad_sync(self.model, sync_off and micro < self.accum - 1), autocast(self.device, self.dtype):
+                _, loss = self.forward(x, y)
+            (loss / self.accum).backward()
+            loss_sum += loss.detach().float()
+        mean = loss_sum / self.accum
+        return all_reduce_mean(mean, self.dist) if self.dist is not None else mean
+
+    def update(self) -> torch.Tensor:
+        """Clip, step (the weight constraint runs in the optimizer's post-step hook), schedule, zero the grads."""
+        if self.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        else:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def __call__(self, next_batch: Callable[[], Batch]) -> StepStats:
+        loss = self.accumulate(next_batch)
+        grad_norm = self.update()
+        return StepStats(float(loss), float(grad_norm), self.data_time)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so that wall-clock times measure it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
