@@ -109,7 +109,7 @@ def test_an_arm_that_never_reaches_the_baseline_is_not_extrapolated_silently():
 
 
 def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
-    """SPEC.md section 3 on synthetic final losses at 3 budgets and 3 seeds, through the report's own analysis.
+    """docs/protocol.md's speedup on synthetic final losses at 3 budgets x 3 seeds, through the report's analysis.
 
     Budgets 2048, 4096, 8192 are 0, 1, 2 doublings; where a candidate reaches target L on the segment from (j, c_j)
     to (j + 1, c_j+1) (log2 tokens, loss), it needs x = j + (c_j - L) / (c_j - c_j+1) doublings, and speedup_i =

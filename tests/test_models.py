@@ -1,4 +1,4 @@
-"""Property tests of the three architectures (SPEC.md section 1)."""
+"""Property tests of the three architectures (docs/architectures.md)."""
 
 import dataclasses
 import math
@@ -8,10 +8,12 @@ import torch
 
 import angpt
 from angpt.models import angpt as angpt_module
+from angpt.models import registry
 from angpt.models.constraints import apply_constraints
 from angpt.models.layers import RoPE
 
-ALL_ARCHS = ["gpt", "gpt+", "ngpt", "angpt"]
+ALL_ARCHS = list(angpt.ARCHS)  # every registered architecture: a new entry is tested here at once
+FOLDED = [a for a in ALL_ARCHS if registry.get(a).folded is not None]
 WIDE = dict(d_model=256, n_heads=4, n_layers=4, vocab_size=512, context_length=128)
 
 
@@ -44,7 +46,7 @@ def angpt_norm_violations(model, x, tol=0.15, names=NORMED):
 
 
 def deep_angpt(n_layers):
-    """SPEC.md section 4: norm tests must include a deep model. Small vocabulary and batch keep it ~1 s."""
+    """docs/protocol.md#depth: norm tests must include a deep model. Small vocabulary and batch keep it ~1 s."""
     return angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": n_layers})
 
 
@@ -188,11 +190,9 @@ def test_gpt_has_no_constraint_hook():
 # -------------------------------------------------------------------------------------------------- folding
 @pytest.mark.parametrize(
     "arch,overrides",
-    [
-        ("gpt+", {}),
-        ("gpt", {}),
-        ("ngpt", {}),
-        ("angpt", {}),
+    [(arch, {}) for arch in ALL_ARCHS]
+    + [(arch, overrides) for arch, overrides in registry.VARIANTS.values() if overrides.get("norm") != "dyt"]
+    + [
         ("angpt", {"qk_norm_mode": "none", "gate_scale": "learnable", "alpha_shape": "scalar"}),
         ("angpt", {"nu_att": "sqrt_pos"}),
     ],
@@ -207,7 +207,7 @@ def test_folded_logits_equal_unfolded(arch, overrides):
         folded = angpt.fold_for_inference(model)
         out, _ = folded(x)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
-    if arch in ("ngpt", "angpt"):  # nothing left to fold: no reparameterised scales in the folded model
+    if arch in FOLDED:  # nothing left to fold: no reparameterised scales in the folded model
         names = {n for n, _ in folded.named_parameters()}
         assert not any("s_z" in n or "alpha" in n or "s_qk" in n for n in names)
 
@@ -333,6 +333,30 @@ def test_calibrated_nu_att_is_measured_and_saved():
 def test_bad_configs_raise_value_error_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         angpt.build_model("angpt", "tiny", **overrides)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_registry_entry_builds_trains_and_reports(arch):
+    """Every entry: its model class builds from its name, its recipe builds an optimizer, its constraint holds."""
+    spec = registry.get(arch)
+    model = angpt.build_model(arch, "tiny")
+    assert type(model) is spec.model and model.config.arch == arch
+    assert all(getattr(model.config, k) == v for k, v in spec.config.items())
+    opt, _ = angpt.make_optimizer(model, lr=spec.recipe.lr, max_steps=10)
+    expected = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[spec.recipe.optimizer]
+    assert type(opt) is expected
+    assert angpt.describe_constants(model.config)["weight_constraint"] == spec.weight_constraint
+    assert spec.export in ("native", "folded") and (spec.export == "folded") == (spec.folded is not None)
+
+
+def test_registry_drives_config_defaults_and_rejects_duplicates():
+    assert angpt.make_config("gpt", "tiny").qk_norm is False  # the entry's config default
+    assert angpt.make_config("gpt", "tiny", qk_norm=True).qk_norm is True  # overrides win
+    assert registry.resolve_arm("ngpt_bounded") == ("ngpt", {"weight_constraint": "bounded"})
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.get("angpt"))
+    with pytest.raises(ValueError, match="unknown architecture or variant"):
+        registry.resolve_arm("bogus")
 
 
 def test_unknown_arch_and_preset():

@@ -1,4 +1,4 @@
-"""Measures of a finished comparison (SPEC.md section 3) and its outputs: report.md, report.json, plots."""
+"""Measures of a finished comparison (docs/protocol.md) and its outputs: report.md, report.json, plots."""
 
 from __future__ import annotations
 
@@ -214,7 +214,8 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None) -> list[str]:
     for label, e in arms.items():
         sw = e["sweep"]
         if sw["fixed"]:
-            out.append(f"{label}: LR {format_lr(sw['best_lr'] or 0)} was given, not tuned by a sweep (SPEC.md §4).")
+            lr = format_lr(sw["best_lr"] or 0)
+            out.append(f"{label}: LR {lr} was given, not tuned by a sweep (docs/protocol.md).")
         elif sw["best_at_edge"]:
             out.append(
                 f"{label}: the best LR {format_lr(sw['best_lr'] or 0)} is still at an edge of its grid after "
@@ -458,7 +459,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
 
         lines += [
             "",
-            f"## Convergence speedup over {base} (SPEC.md §3)",
+            f"## Convergence speedup over {base} (docs/protocol.md)",
             "",
             f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
             "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "

@@ -1,4 +1,4 @@
-"""The numbers behind `angpt compare`: Welch's t-test and the token-budget speedup of SPEC.md section 3.
+"""The numbers behind `angpt compare`: Welch's t-test and the token-budget speedup of docs/protocol.md.
 
 Pure Python (``math`` only): scipy is optional for this package, and the few functions needed are short.
 """
@@ -153,7 +153,7 @@ def _log_interp(d0: float, l0: float, d1: float, l1: float, target: float) -> fl
 def tokens_to_reach(
     budgets: Sequence[float], losses: Sequence[float], target: float, *, extrapolate: bool = False
 ) -> Reach:
-    """The token budget at which a curve of final losses reaches `target` (SPEC.md section 3).
+    """The token budget at which a curve of final losses reaches `target` (docs/protocol.md#convergence-speedup).
 
     `budgets` ascending, `losses[i]` the final loss of a full run at `budgets[i]`. The loss is interpolated
     linearly in log(tokens) between adjacent budgets; the first crossing from above is taken (a noisy,
@@ -211,7 +211,7 @@ def speedups(
     *,
     extrapolate: bool = False,
 ) -> list[BudgetSpeedup]:
-    """Speedup_i = D_i / D'_i for every baseline budget whose loss is finite (SPEC.md section 3).
+    """Speedup_i = D_i / D'_i for every baseline budget whose loss is finite (docs/protocol.md#convergence-speedup).
 
     Both curves are over the same `budgets`. A speedup whose reach is "below_range" is a lower bound,
     "not_reached" an upper bound.
