@@ -49,6 +49,7 @@ def models(tok):
         "ln_scaling": trained("gpt+", tok, norm="ln_scaling"),
         "ngpt": trained("ngpt", tok),
         "angpt": trained("angpt", tok),
+        "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
     }
 
 
@@ -95,7 +96,7 @@ def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
     assert import_hf(exports["gpt"]).config.arch == "gpt"
 
 
-@pytest.mark.parametrize("arch", ["ngpt", "angpt"])
+@pytest.mark.parametrize("arch", ["ngpt", "angpt", "angpt-gelu"])
 def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     ours, out = models[arch], exports[arch]
     cfg = json.loads((out / "config.json").read_text())

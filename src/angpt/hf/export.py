@@ -224,7 +224,10 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
         max_position_embeddings=cfg.context_length,
         rope_theta=cfg.rope_theta,
         arch=cfg.arch,
+        residual=folded.residual,
         qk_unit=folded.blocks[0].q_gain is not None,
+        position_scale=folded.has_att_scale,
+        hidden_act=cfg.activation,
     )
     hf_config.architectures = ["AngptFoldedForCausalLM"]
     stem = Path(MODELING_FILE).stem

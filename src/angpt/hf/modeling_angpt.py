@@ -37,8 +37,12 @@ MODEL_TYPE = "angpt_folded"
 
 
 class AngptFoldedConfig(PretrainedConfig):
-    """Shape of a folded nGPT or anGPT. `arch` is "ngpt" or "angpt"; `qk_unit` says whether q and k are
-    normalised to unit length per head (always for nGPT; anGPT's default QK-norm mode "exact")."""
+    """Shape and form of a folded model.
+
+    `residual` is "normalized" (h = Norm(r h + b Norm(x)) after each sub-layer x: nGPT) or "scaled"
+    (h = r h + x: anGPT); `qk_unit` says whether q and k are normalised per head; `position_scale` whether attention
+    outputs carry a per-position factor (anGPT's nu_att); `arch` only records what was exported.
+    """
 
     model_type = MODEL_TYPE
     keys_to_ignore_at_inference = ["past_key_values"]
@@ -53,13 +57,18 @@ class AngptFoldedConfig(PretrainedConfig):
         max_position_embeddings: int = 64,
         rope_theta: float = 10000.0,
         arch: str = "angpt",
+        residual: str = "scaled",
         qk_unit: bool = True,
+        position_scale: bool = False,
+        hidden_act: str = "silu",
         tie_word_embeddings: bool = False,
         use_cache: bool = True,
         **kwargs,
     ) -> None:
-        if arch not in ("ngpt", "angpt"):
-            raise ValueError(f"arch must be 'ngpt' or 'angpt', got {arch!r}")
+        if residual not in BLOCKS:
+            raise ValueError(f"residual must be one of {sorted(BLOCKS)}, got {residual!r}")
+        if hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act must be one of {sorted(ACTIVATIONS)}, got {hidden_act!r}")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
@@ -70,7 +79,10 @@ class AngptFoldedConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.rope_theta = float(rope_theta)
         self.arch = arch
-        self.qk_unit = bool(qk_unit or arch == "ngpt")
+        self.residual = residual
+        self.qk_unit = bool(qk_unit)
+        self.position_scale = bool(position_scale)
+        self.hidden_act = hidden_act
         self.use_cache = use_cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
@@ -87,11 +99,17 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+
+
 class AngptFoldedBlock(nn.Module):
+    """Attention and MLP of a folded block; subclasses say how each sub-layer's output x updates h."""
+
     def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
         super().__init__()
         d, dff, H = config.hidden_size, config.intermediate_size, config.num_attention_heads
         self.layer_idx, self.n_heads, self.d_ff = layer_idx, H, dff
+        self.act = ACTIVATIONS[config.hidden_act]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]: value branch, then gate
@@ -99,14 +117,9 @@ class AngptFoldedBlock(nn.Module):
         self.q_gain = nn.Parameter(torch.ones(H, 1, d // H)) if config.qk_unit else None
         self.res_A = nn.Parameter(torch.ones(d))
         self.res_M = nn.Parameter(torch.ones(d))
-        renorm = config.arch == "ngpt"  # nGPT keeps its exact norms after each sub-layer
-        self.branch_A = nn.Parameter(torch.ones(d)) if renorm else None
-        self.branch_M = nn.Parameter(torch.ones(d)) if renorm else None
 
     def _update(self, h, x, res, branch):
-        if branch is None:
-            return torch.addcmul(x, h, res.to(h.dtype))
-        return _unit(torch.addcmul(h * res.to(h.dtype), _unit(x), branch.to(h.dtype)))
+        raise NotImplementedError
 
     def forward(self, h, cos, sin, mask, is_causal, att_scale, cache):
         B, T, _ = h.shape
@@ -121,13 +134,37 @@ class AngptFoldedBlock(nn.Module):
             o = o * att_scale.to(o.dtype)
         h = self._update(h, self.proj(o.transpose(1, 2).reshape(B, T, -1)), self.res_A, self.branch_A)
         u, z = self.up(h).split(self.d_ff, dim=-1)
-        return self._update(h, self.down(u * F.silu(z)), self.res_M, self.branch_M)
+        return self._update(h, self.down(u * self.act(z)), self.res_M, self.branch_M)
+
+
+class ScaledResidualBlock(AngptFoldedBlock):
+    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows)."""
+
+    branch_A = branch_M = None
+
+    def _update(self, h, x, res, branch):
+        return torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))
+
+
+class NormalizedResidualBlock(AngptFoldedBlock):
+    """nGPT: h = Norm(r h + b Norm(x)), its exact norms kept."""
+
+    def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.branch_A = nn.Parameter(torch.ones(config.hidden_size))
+        self.branch_M = nn.Parameter(torch.ones(config.hidden_size))
+
+    def _update(self, h, x, res, branch):
+        return _unit(torch.addcmul(h * res.to(h.dtype), _unit(x.to(h.dtype)), branch.to(h.dtype)))
+
+
+BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock}
 
 
 class AngptFoldedPreTrainedModel(PreTrainedModel):
     config_class = AngptFoldedConfig
     base_model_prefix = "angpt"
-    _no_split_modules = ["AngptFoldedBlock"]
+    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock"]
     _skip_keys_device_placement = ["past_key_values"]
     _supports_sdpa = True
 
@@ -146,9 +183,10 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
     def __init__(self, config: AngptFoldedConfig) -> None:
         super().__init__(config)
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.blocks = nn.ModuleList(AngptFoldedBlock(config, i) for i in range(config.num_hidden_layers))
+        block = BLOCKS[config.residual]
+        self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.arch == "angpt":
+        if config.position_scale:
             # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
             self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
         else:

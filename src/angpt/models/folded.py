@@ -93,6 +93,7 @@ class FoldedLM(LanguageModel):
     """A folded model: the training model's logits with no constant multiplies left. Subclasses set `block`."""
 
     block: type[Block]
+    residual: str  # "normalized" or "scaled": the Hugging Face class's name for the block's residual update
     has_att_scale = False
 
     def __init__(self, config: ModelConfig) -> None:
@@ -124,6 +125,7 @@ def _q_gain(sb) -> torch.Tensor:
 
 class FoldedNGPT(FoldedLM):
     block = FoldedNGPTBlock
+    residual = "normalized"
 
     @classmethod
     @torch.no_grad()
@@ -134,6 +136,7 @@ class FoldedNGPT(FoldedLM):
 
 class FoldedANGPT(FoldedLM):
     block = FoldedANGPTBlock
+    residual = "scaled"
     has_att_scale = True
 
     @classmethod

@@ -101,8 +101,13 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def unit_norm(x: torch.Tensor) -> torch.Tensor:
-    """Norm(x) = x / ||x|| over the last dim (nGPT's exact normalisation); sum in fp32 for low-precision x."""
-    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True).clamp_min(1e-24)).to(x.dtype)
+    """Norm(x) = x / ||x|| over the last dim (nGPT's exact normalisation), in fp32 for low-precision x.
+
+    Computed as RMSNorm(x) / sqrt(n) = x / sqrt(sum x^2 + n eps): one fused op, ~1.5x faster than the explicit
+    sum-rsqrt-multiply on CPU (benchmarks/RESULTS.md); eps is small enough that only a zero vector notices it.
+    """
+    n = x.shape[-1]
+    return (F.rms_norm(x.float(), (n,), eps=1e-30) * (n**-0.5)).to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ norms
