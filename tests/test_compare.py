@@ -19,9 +19,10 @@ from angpt.compare import (
     tokens_to_reach,
     welch_ttest,
 )
-from angpt.compare import runner as compare_runner
 from angpt.compare.cli import add_compare_parser
 from angpt.compare.stats import betainc, t_sf_two_sided
+from angpt.compare.store import read_rows
+from angpt.compare.sweep import main_specs, run_sweeps
 from angpt.errors import ConfigError, UserError
 
 # Two budgets of 4 and 8 steps of 512 tokens (8 sequences of the tiny preset's 64 tokens).
@@ -116,8 +117,10 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     D_i / D'_i = 2^(i - x). Each seed averages its exact speedups over i; the report gives the mean and the
     sample std of those three means. Bounds (below range, not reached) stay out of every mean.
     """
-    from angpt.compare.report import ArmRuns, analyse, render_markdown, verdict
-    from angpt.compare.runner import SweepResult
+    from angpt.compare.analyse import analyse, verdict
+    from angpt.compare.collect import ArmRuns
+    from angpt.compare.render import render_markdown
+    from angpt.compare.sweep import SweepResult
 
     plan = make_plan(data_dir, **{**TINY, "budgets": [2048, 4096, 8192]}, arms=["gpt+", "angpt"], seeds=[0, 1, 2])
     base_losses = {0: [3.5, 2.75, 2.5], 1: [3.3, 2.3, 2.45], 2: [3.7, 2.75, 1.65]}  # seed means 3.5, 2.6, 2.2
@@ -247,18 +250,18 @@ def test_sweep_extends_an_edge_optimum_and_records_it(data_dir):
 
     parabola = lambda lr: 3.0 + math.log2(lr / 4e-3) ** 2  # noqa: E731
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=3)
-    sw = compare_runner.run_sweeps(plan, FakeRunner(parabola))["angpt"]
+    sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
     assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best == 4e-3 and sw.extensions == 2 and not sw.at_edge
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=1)
-    sw = compare_runner.run_sweeps(plan, FakeRunner(parabola))["angpt"]
+    sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
     assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best == 4e-3 and sw.at_edge  # unfinished: reported as such
     # Every LR diverging moves the grid down; the best is the highest LR that trains.
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-2}, lr_grid=[1, 2], max_extensions=3)
     runner = FakeRunner(lambda lr: math.inf if lr > 3e-3 else 3.0 - lr)
-    sw = compare_runner.run_sweeps(plan, runner)["angpt"]
+    sw = run_sweeps(plan, runner)["angpt"]
     assert sw.grid == [1.25e-3, 2.5e-3, 5e-3, 1e-2, 2e-2] and sw.extensions == 3
     assert sw.best == 2.5e-3 and sw.losses[1e-2] is None and not sw.at_edge
-    assert compare_runner.main_specs(plan, {"angpt": sw})[0].lr == 2.5e-3
+    assert main_specs(plan, {"angpt": sw})[0].lr == 2.5e-3
 
 
 # ---------------------------------------------------------------------------------- whole comparisons
@@ -291,7 +294,7 @@ def test_whole_comparison_writes_every_output(compared):
         lr = sweep[arm.label]["best_lr"]
         for b in plan.budgets:
             for s in plan.seeds:
-                rows = compare_runner.read_rows(plan.run_dir(out, arm, b, s, lr))
+                rows = read_rows(plan.run_dir(out, arm, b, s, lr))
                 assert [r["step"] for r in rows] == list(range(1, b // 512 + 1))
                 assert "val_loss" in rows[-1]
     # Same tokens in the same order for every arm: dataset, batch, sequence, seed and evaluation are shared.
@@ -355,7 +358,7 @@ def test_interrupted_run_is_resumed(data_dir, tmp_path, monkeypatch, compared):
     assert not (run_dir / "result.json").exists() and (run_dir / "checkpoints" / "step_000002").is_dir()
     monkeypatch.setattr(loop, "train", real)
     report = run_comparison(plan, tmp_path / "r", threads=1, progress=False)
-    assert [r["step"] for r in compare_runner.read_rows(run_dir)] == [1, 2, 3, 4]
+    assert [r["step"] for r in read_rows(run_dir)] == [1, 2, 3, 4]
     # The resumed run ends where an uninterrupted one does (the shared comparison ran the same config).
     big_plan, big_out, _ = compared
     same = json.loads((big_plan.run_dir(big_out, big_plan.arms[0], 2048, 0, 0.002) / "result.json").read_text())

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from angpt.compare.estimate import DryRun
 from angpt.compare.plan import (
     DEFAULT_ARMS,
     DEFAULT_LR_GRID,
@@ -28,8 +29,9 @@ from angpt.compare.plan import (
     parse_tokens,
     split_arms,
 )
-from angpt.compare.runner import DryRun, RunSpec, SweepResult
 from angpt.compare.stats import BudgetSpeedup, Reach, WelchResult, betainc, speedups, tokens_to_reach, welch_ttest
+from angpt.compare.store import RunSpec
+from angpt.compare.sweep import SweepResult
 
 __all__ = [
     "DEFAULT_ARMS",
@@ -98,7 +100,9 @@ def run_comparison(
     threads (default: cores // jobs). A `report_dir` holding another plan is refused (UserError) untouched.
     `dry_run` prints the planned runs and a measured time estimate and writes nothing.
     """
-    from angpt.compare.runner import PLAN_FILE, ReportLock, _write_json, check_report_dir, cpu_cores, describe_dry_run
+    from angpt.compare.estimate import describe_dry_run
+    from angpt.compare.runner import cpu_cores
+    from angpt.compare.store import PLAN_FILE, ReportLock, check_report_dir, write_json
     from angpt.errors import UserError
 
     if not isinstance(jobs, int) or jobs < 1:
@@ -116,24 +120,19 @@ def run_comparison(
     report_dir.mkdir(parents=True, exist_ok=True)
     with ReportLock(report_dir):
         if not exists:
-            _write_json(report_dir / PLAN_FILE, plan.to_dict())
+            write_json(report_dir / PLAN_FILE, plan.to_dict())
         return _run_locked(plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command)
 
 
 def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: bool, command: str) -> Report:
+    from angpt.compare.progress import Progress, token_counts
     from angpt.compare.report import write_report
-    from angpt.compare.runner import Runner, _Progress, load_record, main_specs, run_sweeps
+    from angpt.compare.runner import Runner
+    from angpt.compare.sweep import main_specs, run_sweeps
 
-    # The bar counts tokens: the sweep grids plus every main run (the sweep's best run doubles as one), with
-    # runs already finished in an earlier invocation counted as done.
-    total = sum(len(plan.initial_grid(a)) * plan.sweep_budget for a in plan.arms)
-    total += len(plan.arms) * (sum(plan.budgets) * len(plan.seeds) - plan.sweep_budget)
-    done = 0
-    for rec_path in (report_dir / "runs").glob("*/*/*/*/result.json"):
-        budget = int(rec_path.parts[-4])
-        if load_record(rec_path.parent, plan.steps(budget)) is not None:
-            done += budget
-    bar = _Progress(progress, max(total, done), min(done, max(total, done)))
+    # The bar counts tokens, with runs already finished in an earlier invocation counted as done.
+    total, done = token_counts(plan, report_dir)
+    bar = Progress(progress, max(total, done), min(done, max(total, done)))
     runner = Runner(plan, report_dir, jobs=jobs, threads=threads, progress=bar)
     try:
         sweeps = run_sweeps(plan, runner, on_extension=bar.add_total)

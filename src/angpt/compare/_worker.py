@@ -15,7 +15,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     from angpt.compare.plan import Plan
-    from angpt.compare.runner import INTERRUPTED_EXIT, RunSpec, execute_run
+    from angpt.compare.runner import INTERRUPTED_EXIT, execute_run
+    from angpt.compare.store import RunSpec
 
     report_dir, spec_json, threads = argv
     torch.set_num_threads(int(threads))

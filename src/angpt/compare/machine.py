@@ -1,0 +1,56 @@
+"""Provenance for the report: the machine the runs ran on and a summary of the dataset."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+
+def machine_info() -> dict[str, Any]:
+    """Versions, host, CPU and GPU: what a reader needs to judge step times."""
+    import torch
+
+    import angpt
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = None
+    if torch.cuda.is_available():
+        gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    from angpt.train.provenance import git_revision
+
+    return {
+        "angpt_version": angpt.__version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "git_revision": git_revision(),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "gpu": gpu,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+def dataset_summary(meta: dict | None) -> dict[str, Any]:
+    """Tokenizer, vocabulary, split sizes and source of the dataset's meta (empty when it is unavailable)."""
+    if meta is None:
+        return {}
+    splits = meta.get("splits", {})
+    return {
+        "tokenizer": meta.get("tokenizer", {}).get("spec"),
+        "vocab_size": meta.get("vocab_size"),
+        "train_tokens": splits.get("train", {}).get("tokens"),
+        "val_tokens": splits.get("val", {}).get("tokens"),
+        "source": meta.get("source"),
+    }

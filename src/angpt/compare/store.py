@@ -1,0 +1,164 @@
+"""The report directory on disk: run identities and records, plan.json, and the lock against a second writer."""
+
+# Each run is an ordinary `train()` run in REPORT/runs/<arm>/<budget>/seed<seed>/lr<lr>. When it finishes, its
+# summary is written to result.json there; a run with that file (and metrics reaching the planned step) is done
+# and never trained again. A run directory without it is resumed from its last checkpoint (resume="auto").
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from angpt.compare.plan import Plan, format_lr, format_tokens
+from angpt.errors import UserError
+
+RESULT_FILE = "result.json"
+PLAN_FILE = "plan.json"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the plan."""
+
+    arm: str  # arm label
+    budget: int
+    seed: int
+    lr: float
+
+    def key(self) -> tuple[str, int, int, float]:
+        return (self.arm, self.budget, self.seed, self.lr)
+
+    def name(self) -> str:
+        return f"{self.arm} {format_tokens(self.budget)} seed{self.seed} lr{format_lr(self.lr)}"
+
+
+# ------------------------------------------------------------------------------------------ run records
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl rows, one per step: a resumed run may have logged a step twice; the last one counts."""
+    from angpt.train.metrics import read_metrics
+
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in read_metrics(run_dir):
+        if "step" in row:
+            by_step[int(row["step"])] = row
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def load_record(run_dir: Path, steps: int) -> dict[str, Any] | None:
+    """The recorded result of a finished (or diverged) run of `steps` steps; None if it is not done."""
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if rec.get("steps") != steps or rec.get("status") not in ("finished", "diverged"):
+        return None
+    if rec["status"] == "finished":
+        rows = read_rows(run_dir)
+        if not rows or rows[-1]["step"] != steps or "val_loss" not in rows[-1]:
+            return None
+    return rec
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as indented JSON, atomically: a crash leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+# -------------------------------------------------------------------------------------- report dir check
+def check_report_dir(plan: Plan, report_dir: Path) -> bool:
+    """UserError unless `report_dir` is new, empty, or holds this same plan. True when it holds this plan."""
+    path = report_dir / PLAN_FILE
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"{path} is unreadable ({e}); use another --out") from e
+        mine = plan.identity()
+        try:
+            theirs = Plan.from_dict(stored).identity()
+        except (TypeError, KeyError, AttributeError):  # written by another angpt version: compare the raw keys
+            theirs = {k: v for k, v in stored.items() if k not in ("data", "device", "extrapolate")}
+        if theirs != mine:
+            raise UserError(
+                f"{report_dir} holds a different comparison ({_difference(theirs, mine)}); "
+                "use another --out, or repeat that comparison's options"
+            )
+        return True
+    if report_dir.exists() and (not report_dir.is_dir() or any(p.name != ".lock" for p in report_dir.iterdir())):
+        raise UserError(f"{report_dir} exists and is not an angpt compare report (no {PLAN_FILE}); use another --out")
+    return False
+
+
+def _difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
+    """The first differing plan key, said briefly ("seeds: [0, 1] there, [0, 1, 2] here")."""
+    key = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "?")
+    a, b = theirs.get(key), mine.get(key)
+    if key == "arms" and isinstance(a, list) and isinstance(b, list):
+        la, lb = [x.get("label") for x in a], [x.get("label") for x in b]
+        if la != lb:
+            a, b = la, lb
+        else:
+            i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            key, a, b = f"arm {la[i]!r}", a[i], b[i]
+    return f"{key}: {_short(a)} there, {_short(b)} here"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ------------------------------------------------------------------------------------------------ lock
+class ReportLock:
+    """REPORT/.lock holding our pid while we run: two comparisons writing one report would corrupt it.
+
+    A lock whose process is gone (a crash, a killed job) is taken over.
+    """
+
+    def __init__(self, report_dir: Path) -> None:
+        self.path = report_dir / ".lock"
+        self.held = False
+
+    def __enter__(self) -> ReportLock:
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _alive(pid):
+                    raise UserError(
+                        f"another angpt compare (pid {pid}) is running in {self.path.parent}; wait for it or stop it"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.held = True
+            return self
+        raise UserError(f"cannot take the lock {self.path}; remove it if no comparison is running")
+
+    def __exit__(self, *exc) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
