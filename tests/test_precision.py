@@ -91,3 +91,52 @@ def test_bf16_run_trains_and_resumes_exactly(arch, data_dir, tmp_path):
     assert [r["step"] for r in b] == [1, 2, 3, 4]
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     assert all(r["loss"] == r["loss"] for r in a)  # no NaN
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    """Recomputing each block in backward (train.activation_checkpointing) changes memory, not numbers."""
+    from angpt.train.dist import DistInfo, parallelize
+
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = angpt.build_model("angpt", "tiny")
+        model = parallelize(model, DistInfo(0, 1, 0, torch.device("cpu")), activation_checkpointing=recompute)
+        x = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+        _, loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.allclose(grads[0][n], grads[1][n], atol=1e-6) for n in grads[0])
+
+
+def test_activation_checkpointing_recomputes_blocks(monkeypatch):
+    """With checkpointing on, each block's forward runs twice per training step (forward, then in backward)."""
+    from angpt.models.angpt import ANGPTBlock
+    from angpt.train.dist import DistInfo, parallelize
+
+    calls = []
+    original = ANGPTBlock.forward
+    monkeypatch.setattr(ANGPTBlock, "forward", lambda self, h, ctx: calls.append(1) or original(self, h, ctx))
+    model = parallelize(
+        angpt.build_model("angpt", "tiny"), DistInfo(0, 1, 0, torch.device("cpu")), activation_checkpointing=True
+    )
+    x = torch.randint(0, 256, (2, 17))
+    model(x[:, :-1], x[:, 1:])[1].backward()
+    assert len(calls) == 2 * model.config.n_layers
+    calls.clear()
+    with torch.no_grad():
+        model.eval()(x)  # evaluation never recomputes
+    assert len(calls) == model.config.n_layers
+
+
+def test_fsdp_mixed_precision_policy_under_bf16(monkeypatch):
+    """FSDP2 under bf16: parameters gathered in bf16 for compute, gradients reduced in fp32."""
+    import torch.distributed.fsdp as fsdp
+
+    from angpt.train.dist import DistInfo, parallelize
+
+    policies = []
+    monkeypatch.setattr(fsdp, "fully_shard", lambda module, mp_policy=None: policies.append(mp_policy))
+    parallelize(angpt.build_model("angpt", "tiny"), DistInfo(0, 2, 0, torch.device("cpu")), "fsdp", dtype="bf16")
+    assert policies and all(p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32 for p in policies)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from angpt.models.config import ModelConfig
 from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions, softmax_scale
@@ -60,6 +61,7 @@ class LanguageModel(nn.Module):
     blocks: nn.ModuleList
     unit_qk: bool = False
     weight_constraint: str = "none"
+    checkpoint_blocks: bool = False  # recompute each block in backward (set by train.dist.parallelize)
 
     @classmethod
     def default_softmax_scale(cls, cfg: ModelConfig) -> float:
@@ -89,8 +91,9 @@ class LanguageModel(nn.Module):
             raise ValueError(f"sequence of {end} tokens exceeds the context length {self.config.context_length}")
         ctx = Context(self.rope, start, cache, getattr(self, "att_scale", None), offsets)
         h = self.embed(input_ids)
+        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h = block(h, ctx)
+            h = checkpoint(block, h, ctx, use_reentrant=False) if recompute else block(h, ctx)
         if cache is not None:
             cache.pos += T
         return h

@@ -31,6 +31,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     dtype: str = "auto"  # auto: bf16 autocast where the device supports it, else fp32; params stay fp32
     compile: bool = False
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
     device: str = "auto"
     seed: int = 0
     deterministic: bool = False

@@ -48,8 +48,17 @@ def init_distributed(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world, local, dev)
 
 
-def parallelize(model: nn.Module, info: DistInfo, mode: str = "ddp") -> nn.Module:
-    """Wrap `model` for data parallelism. The model itself never knows about ranks."""
+def parallelize(
+    model: nn.Module, info: DistInfo, mode: str = "ddp", *, dtype: str = "fp32", activation_checkpointing: bool = False
+) -> nn.Module:
+    """Wrap `model` for data parallelism (and recompute each block's activations in backward, if asked).
+
+    The model itself never knows about ranks. FSDP2 shards every block, then the rest; with dtype "bf16" its
+    mixed-precision policy gathers parameters in bf16 for compute and reduces gradients in fp32, while the sharded
+    master parameters and the optimizer state stay fp32.
+    """
+    if activation_checkpointing:
+        model.checkpoint_blocks = True
     if not info.enabled:
         return model
     if mode == "ddp":
@@ -58,11 +67,12 @@ def parallelize(model: nn.Module, info: DistInfo, mode: str = "ddp") -> nn.Modul
         ids = [info.device.index] if info.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
     if mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None, reduce_dtype=torch.float32)
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
         return model
     raise ValueError(f"unknown dist mode {mode!r}")
 

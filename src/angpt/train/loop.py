@@ -37,7 +37,7 @@ from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, pe
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
 from angpt.train.signals import StopSignals
-from angpt.train.step import TrainStep, autocast, resolve_dtype, synchronize
+from angpt.train.step import TrainStep, autocast, check_compute, resolve_dtype, synchronize
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
 
@@ -135,11 +135,18 @@ class Trainer:
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
         self.dtype = resolve_dtype(tc.dtype, info.device)
+        notes = check_compute(self.dtype, info.device, tc.compile)
+        if cfg.dist == "fsdp" and not info.enabled:
+            notes.append("--dist fsdp in a single process shards nothing; launch with torchrun --nproc_per_node=N")
+        for note in notes if info.is_main else []:
+            print(f"warning: {note}", file=sys.stderr)
 
         torch.manual_seed(tc.seed)
         model = model_from_config(self.mcfg).to(info.device)
         self.flops_per_token = model.flops_per_token(self.T)
-        self.model = parallelize(model, info, cfg.dist)
+        self.model = parallelize(
+            model, info, cfg.dist, dtype=self.dtype, activation_checkpointing=tc.activation_checkpointing
+        )
         self.base = unwrap(self.model)
         self.opt, self.sched = make_optimizer(
             self.model,

@@ -8,6 +8,9 @@ constraint of nGPT and anGPT), the learning-rate schedule, and zeroing the gradi
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from angpt.errors import ConfigError
 from angpt.train.dist import DistInfo, all_reduce_mean, no_grad_sync
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -48,6 +52,27 @@ def autocast(device: torch.device, dtype: str):
     raise ValueError(f"unknown dtype {dtype!r}; use fp32 or bf16")
 
 
+def check_compute(dtype: str, device: torch.device, compile: bool) -> list[str]:
+    """Refuse what cannot run here (one-line ConfigError); return warnings for what runs but badly."""
+    warnings = []
+    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"train.dtype=bf16 but {torch.cuda.get_device_name(device)} has no bf16; use fp32")
+    if dtype == "bf16" and device.type == "cpu" and not cpu_supports_bf16():
+        warnings.append(
+            "train.dtype=bf16 on a CPU without native bf16 (AMX / AVX512-BF16): bf16 matmuls run ~100x slower "
+            "than fp32 here; use --train.dtype fp32 (or auto)"
+        )
+    if compile:
+        if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+            raise ConfigError("train.compile=true needs triton on CUDA (pip install triton), or --train.compile false")
+        if device.type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++") if c):
+            raise ConfigError(
+                "train.compile=true needs a C++ compiler on CPU (inductor generates C++): install g++, "
+                "or pass --train.compile false"
+            )
+    return warnings
+
+
 @dataclass
 class StepStats:
     loss: float  # mean over the global batch (all ranks)
@@ -78,7 +103,7 @@ class TrainStep:
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.device, self.dtype, self.accum, self.grad_clip = device, dtype, accum, grad_clip
-        self.forward = forward or model
+        self.forward = forward if forward is not None else model  # not `or`: a compiled module has no bool
         self.dist = dist
         self.data_time = 0.0
 
