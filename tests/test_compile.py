@@ -56,3 +56,23 @@ def test_train_compile_true_matches_eager(data_dir, tmp_path):
 
     ckpt = sorted((tmp_path / "compiled" / "checkpoints").glob("step_*"))[-1]
     assert not any(k.startswith("_orig_mod") for k in load_file(str(ckpt / "model.safetensors")))
+
+
+def test_compile_without_a_compiler_is_a_one_line_error(data_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    out = tmp_path / "run"
+    rc = run_cli("--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.compile", "true")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "C++ compiler" in err[0], err
+    assert not out.exists()  # nothing written
+
+
+def test_bf16_without_native_support_warns(monkeypatch):
+    from angpt.train import step
+
+    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: False)
+    assert any("100x slower" in w for w in step.check_compute("bf16", torch.device("cpu"), compile=False))
+    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: True)
+    assert step.check_compute("bf16", torch.device("cpu"), compile=False) == []

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import angpt
+from angpt.models import registry
 
 from .test_train import TINY, metrics, run_cli
 
@@ -140,3 +141,30 @@ def test_fsdp_mixed_precision_policy_under_bf16(monkeypatch):
     monkeypatch.setattr(fsdp, "fully_shard", lambda module, mp_policy=None: policies.append(mp_policy))
     parallelize(angpt.build_model("angpt", "tiny"), DistInfo(0, 2, 0, torch.device("cpu")), "fsdp", dtype="bf16")
     assert policies and all(p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32 for p in policies)
+
+
+@pytest.mark.parametrize("arch", angpt.ARCHS)
+def test_bf16_kv_cache_decoding_matches_full_forward(arch):
+    """Incremental decoding through the KV cache under bf16 autocast gives the full forward's logits (within bf16)."""
+    model, _, x = trained_tiny(arch)
+    model.eval()
+    x = x[:2, :24]
+    with torch.no_grad(), bf16():
+        full, _ = model(x)
+        cache = model.make_cache(2, 24)
+        steps = [model(x[:, :8], cache=cache)[0]] + [model(x[:, t : t + 1], cache=cache)[0] for t in range(8, 24)]
+    inc = torch.cat(steps, dim=1).float()
+    rel = (inc - full.float()).pow(2).mean().sqrt() / full.float().pow(2).mean().sqrt()
+    assert rel < 0.02, f"{arch}: cached bf16 decoding differs from the full forward by {float(rel):.3%}"
+
+
+@pytest.mark.parametrize("arch", [a for a in angpt.ARCHS if registry.get(a).folded is not None])
+def test_folded_model_under_bf16_matches_training_model(arch):
+    model, _, x = trained_tiny(arch)
+    model.eval()
+    folded = angpt.fold_for_inference(model)
+    with torch.no_grad(), bf16():
+        a, _ = model(x)
+        b, _ = folded(x)
+    rel = (a.float() - b.float()).pow(2).mean().sqrt() / a.float().pow(2).mean().sqrt()
+    assert rel < 0.02
