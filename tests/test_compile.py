@@ -76,3 +76,20 @@ def test_bf16_without_native_support_warns(monkeypatch):
     assert any("100x slower" in w for w in step.check_compute("bf16", torch.device("cpu"), compile=False))
     monkeypatch.setattr(step, "cpu_supports_bf16", lambda: True)
     assert step.check_compute("bf16", torch.device("cpu"), compile=False) == []
+
+
+@pytest.mark.parametrize("arch", angpt.ARCHS)
+def test_compiled_kv_cache_generation_matches_eager_without_recompiling_every_step(arch):
+    from torch._dynamo.utils import counters
+
+    from angpt.infer import generate
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = angpt.build_model(arch, "tiny").eval()
+    x = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(0))
+    want = generate(model, x, max_new_tokens=12, temperature=0)
+    got = generate(model, x, max_new_tokens=12, temperature=0, compile="aot_eager")
+    assert torch.equal(got, want)
+    assert counters["stats"]["unique_graphs"] <= 2  # 11 decoding steps, at most two compilations

@@ -137,6 +137,7 @@ def iter_tokens(
     use_cache: bool = True,
     attention_mask: torch.Tensor | None = None,
     pad_id: int | None = None,
+    compile: bool | str = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield `(tokens [B], finished [B])` once per generated position; see :func:`generate` for the arguments.
 
@@ -161,6 +162,9 @@ def iter_tokens(
     pad = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
     new: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    decode = _decode_step
+    if compile and use_cache:  # the one-token step; after a first specialisation its cache position goes dynamic
+        decode = torch.compile(_decode_step, backend="inductor" if compile is True else compile)
 
     with torch.inference_mode():
         if use_cache:
@@ -189,10 +193,15 @@ def iter_tokens(
             break
         with torch.inference_mode():
             if use_cache:
-                logits = base.logits(forward_hidden(base, tok[:, None], cache=cache, offsets=offsets))[:, -1]
+                logits = decode(base, tok[:, None], cache, offsets)
             else:
                 seq = torch.cat([seq, tok[:, None]], dim=1)
                 logits = _full_logits(base, seq, offsets)
+
+
+def _decode_step(base, tok: torch.Tensor, cache: KVCache, offsets: torch.Tensor | None) -> torch.Tensor:
+    """Last-position logits of one decoding step through the KV cache."""
+    return base.logits(forward_hidden(base, tok, cache=cache, offsets=offsets))[:, -1]
 
 
 def _full_logits(model: torch.nn.Module, seq: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
@@ -226,6 +235,8 @@ def generate(
     - `attention_mask` [B, T] (1 = token, 0 = padding) describes LEFT padding; each row then computes exactly
       what it would compute alone (see the module docstring).
     - `use_cache=False` recomputes the whole prefix at every step (the reference path).
+    - `compile=True` compiles the cached decoding step with torch.compile (or names its backend); it compiles
+      twice at most (the first step, then once with the cache position dynamic), not at every step.
     - `stream(tokens)` is called after every step with that step's tokens [B].
 
     Raises UserError when a prompt + max_new_tokens does not fit the context length.
