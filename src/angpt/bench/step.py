@@ -1,7 +1,10 @@
 """Training-step and inference timing of several architectures, side by side in one process.
 
 Repetitions are interleaved (arch A, B, C, A, B, C, ...) so that drift in the machine's speed hits every arm
-alike; each figure is a median, and ratios are taken against the first architecture (GPT+ by default).
+alike; each figure is a median, and ratios are taken against the first architecture (GPT+ by default). Besides
+the registry's architectures, an arm may be a peer implementation: "qwen3" is transformers' Qwen3ForCausalLM at
+GPT+'s shape (the same model, written by others), trained by the same step. Each step's model FLOP/s is reported
+as a fraction of a matmul peak measured in the same run, at the same dtype.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import time
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from angpt.models import build_model, fold_for_inference
+from angpt.models import build_model, fold_for_inference, make_config, registry
+from angpt.models.layers import cross_entropy
 from angpt.train.optim import make_optimizer
 from angpt.train.step import TrainStep, autocast, synchronize
 
@@ -25,6 +30,52 @@ class StepTiming:
     infer_ms: float
     train_ratio: float = 1.0
     infer_ratio: float = 1.0
+    train_flops: float = 0.0  # model FLOP/s of the training step
+    peak_fraction: float = 0.0  # train_flops / the matmul peak measured in the same run
+
+
+class Qwen3Peer(nn.Module):
+    """transformers' Qwen3ForCausalLM at GPT+'s config, answering (logits, loss) like our models."""
+
+    def __init__(self, preset: str) -> None:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        from angpt.hf.qwen3 import qwen3_config_dict
+
+        super().__init__()
+        self.config = make_config(registry.BASELINE, preset)
+        hf_config = Qwen3Config(**qwen3_config_dict(self.config))
+        hf_config._attn_implementation = "sdpa"
+        self.hf = Qwen3ForCausalLM(hf_config)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None):
+        logits = self.hf(input_ids=x).logits
+        return logits, (cross_entropy(logits, y) if y is not None else None)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, seq_len: int) -> float:
+        with torch.device("meta"):
+            return build_model(registry.BASELINE, self.config).flops_per_token(seq_len)
+
+
+PEERS = {"qwen3": Qwen3Peer}
+
+
+def matmul_peak(dtype: str, device: torch.device, n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of a square n x n matmul in `dtype` on `device`: the best of `reps`, after a warm-up."""
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
+    best = float("inf")
+    for i in range(reps + 1):
+        synchronize(device)
+        t0 = time.perf_counter()
+        a @ b
+        synchronize(device)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
 
 
 def bench_step(
@@ -46,9 +97,9 @@ def bench_step(
     runs = []
     for arch in archs:
         torch.manual_seed(seed)
-        model = build_model(arch, preset).to(dev)
+        model = (PEERS[arch](preset) if arch in PEERS else build_model(arch, preset)).to(dev)
         T = seq_len or model.config.context_length
-        opt, sched = make_optimizer(model, lr=1e-4, max_steps=10_000)
+        opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
         infer = fold_for_inference(model).to(dev)
         step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=torch.compile(model) if compile else model)
         infer_fn = torch.compile(infer) if compile else infer
@@ -77,10 +128,14 @@ def bench_step(
                 synchronize(dev)
                 if rep >= warmup:
                     times[run[0]][kind].append(time.perf_counter() - t0)
-    out = [
-        StepTiming(a, m.num_params(), 1e3 * statistics.median(times[a][0]), 1e3 * statistics.median(times[a][1]))
-        for a, m, *_ in runs
-    ]
+    peak = matmul_peak(dtype, dev)
+    out = []
+    for a, m, _, _, x in runs:
+        t = StepTiming(a, m.num_params(), 1e3 * statistics.median(times[a][0]), 1e3 * statistics.median(times[a][1]))
+        T = x.shape[1] - 1
+        t.train_flops = m.flops_per_token(T) * batch_size * T / (t.train_ms / 1e3)
+        t.peak_fraction = t.train_flops / peak
+        out.append(t)
     for t in out:
         t.train_ratio = t.train_ms / out[0].train_ms
         t.infer_ratio = t.infer_ms / out[0].infer_ms
@@ -89,12 +144,12 @@ def bench_step(
 
 def format_table(rows: list[StepTiming]) -> str:
     lines = [
-        "| arch | params | train ms/step | train ratio | folded infer ms | infer ratio |",
-        "|---|---|---|---|---|---|",
+        "| arch | params | train ms/step | train ratio | train GFLOP/s | of matmul peak | infer ms | infer ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.arch} | {r.params / 1e6:.2f}M | {r.train_ms:.1f} | {r.train_ratio:.3f} | "
-            f"{r.infer_ms:.1f} | {r.infer_ratio:.3f} |"
+            f"{r.train_flops / 1e9:.1f} | {100 * r.peak_fraction:.0f}% | {r.infer_ms:.1f} | {r.infer_ratio:.3f} |"
         )
     return "\n".join(lines)
