@@ -53,11 +53,15 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
 
 def test_every_shipped_recipe_loads():
     recipes = sorted((ROOT / "configs").glob("*.yaml"))
-    assert len(recipes) >= 4
-    for path in recipes:
+    paper = sorted((ROOT / "configs" / "paper").glob("*.yaml"))
+    assert len(recipes) >= 4 and len(paper) == 6
+    for path in recipes + paper:
         cfg = load_run_config(path)
         assert cfg.arch in ("gpt", "gpt+", "ngpt", "angpt") and cfg.train.max_steps > 0
     assert {load_run_config(p).arch for p in recipes} >= {"gpt+", "ngpt", "angpt"}
+    assert {(load_run_config(p).arch, load_run_config(p).preset) for p in paper} == {
+        (a, s) for a in ("gpt+", "ngpt", "angpt") for s in ("0.5B", "1B")
+    }
 
 
 @pytest.mark.parametrize("arch", ["angpt", "gpt+"])

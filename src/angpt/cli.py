@@ -85,6 +85,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             overrides.append((key, value))
     overrides += parse_overrides(args.extra)
     cfg = load_run_config(args.config, overrides)
+    if args.dry_run:
+        from angpt.train.dryrun import format_report, plan_run
+
+        report = plan_run(cfg, args.dry_run_gpus, args.dry_run_gpu, args.dry_run_mfu)
+        print(format_report(report))
+        if report.warning:
+            print(f"angpt train: warning: {report.warning}", file=sys.stderr)
+        return 0
     evaluators = []
     if cfg.train.eval_tasks:
         from angpt.infer.harness import task_evaluator
@@ -253,6 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None)
     s.add_argument("--dist", default=None, choices=["ddp", "fsdp"])
     s.add_argument("--resume", default=None, help="auto | PATH")
+    s.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print parameters, FLOPs, memory per GPU and time for this config, then exit (no GPU, data or memory)",
+    )
+    s.add_argument("--dry-run-gpus", type=int, default=8, metavar="N", help="GPUs to plan for (default 8)")
+    s.add_argument("--dry-run-gpu", default="H100", help="A100 | H100 | H200 | B200 | cpu (measured; default H100)")
+    s.add_argument("--dry-run-mfu", type=float, default=0.4, help="assumed model FLOPs utilisation (default 0.4)")
     s.set_defaults(func=cmd_train, accepts_extra=True)
 
     s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)")

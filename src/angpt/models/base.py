@@ -127,8 +127,16 @@ class LanguageModel(nn.Module):
         return [p for p in self.parameters() if p.ndim >= 2]
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token: 6 N (non-embedding matmuls and head) + 12 L T d for attention (PaLM App. B)."""
+        """Training FLOPs per token at sequence length T: 6 N + 12 L T d (PaLM, arXiv 2204.02311, Appendix B).
+
+        N counts the weights that multiply activations: every matrix but the embedding table (a lookup), so the
+        untied LM head is in. One multiply-add per weight is 2 N in the forward and 4 N in the backward: 6 N.
+        Attention adds, per layer and token, 2 T d for the scores Q K^T and 2 T d for the weighted sum of V in the
+        forward, three times that with the backward: 12 L T d. As PaLM does, this counts the full T x T score
+        matrix; a causal kernel skips the masked half (the useful work is 6 L T d), so MFU by this count is the
+        published convention's. Norms, activations, RoPE and the softmax are not counted.
+        """
         c = self.config
         T = seq_len or c.context_length
-        n = self.num_params(embeddings=False)
-        return 6.0 * n + 6.0 * c.n_layers * T * c.d_model
+        n = sum(p.numel() for p in self.matrices()) - self.embed.weight.numel()
+        return 6.0 * n + 12.0 * c.n_layers * T * c.d_model

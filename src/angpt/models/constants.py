@@ -28,7 +28,7 @@ def nu_lerp(alpha: torch.Tensor) -> torch.Tensor:
 def activation_constant(activation: str, z_std: float, samples: int, seed: int) -> float:
     """1/sqrt(E[act(z)^2]) for z ~ N(0, z_std^2), by seeded Monte Carlo (the paper's nu_act ~ 3.74 for SiLU)."""
     gen = torch.Generator().manual_seed(seed)
-    z = torch.randn(samples, generator=gen, dtype=torch.float64) * z_std
+    z = torch.randn(samples, generator=gen, dtype=torch.float64, device="cpu") * z_std  # also under a meta default
     return float(ACTIVATIONS[activation](z).pow(2).mean().rsqrt())
 
 

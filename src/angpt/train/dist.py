@@ -65,7 +65,7 @@ def parallelize(
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [info.device.index] if info.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)  # no 2nd grad copy
     if mode == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

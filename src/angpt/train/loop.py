@@ -286,7 +286,7 @@ class Trainer:
             config=cfg.to_dict(),
             enabled=info.is_main,
         )
-        peak = peak_flops(info.device, tc.peak_flops)
+        peak = peak_flops(info.device, tc.peak_flops, self.dtype)
         last_ckpt = self.resume_from
         status, loss_value, val_loss, val_bpb = "finished", None, None, None
         step_times: list[float] = []

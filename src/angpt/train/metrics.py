@@ -10,27 +10,19 @@ from typing import Any
 import torch
 from torch import nn
 
-# Dense bf16 peak FLOP/s per device (no sparsity), for MFU. Override with train.peak_flops.
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 125e12,
-    "RTX 4090": 165e12,
-    "V100": 125e12,
-}
+from angpt.train.hardware import measured_cpu_peak, peak_for_device_name
 
 
-def peak_flops(device: torch.device, override: float | None = None) -> float | None:
-    """Peak FLOP/s of `device` from the table (None when unknown, e.g. a CPU)."""
+def peak_flops(device: torch.device, override: float | None = None, dtype: str = "bf16") -> float | None:
+    """Peak FLOP/s of one `device`, for MFU: `override` (train.peak_flops) if given; on CUDA the dense bf16 peak of
+    the accelerator table by device name (None when the name is not in it); on a CPU the measured matmul peak in
+    the run's `dtype` (train/hardware.py; measured once per process)."""
     if override:
         return float(override)
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, value in PEAK_FLOPS.items():
-            if key in name:
-                return value
+        return peak_for_device_name(torch.cuda.get_device_name(device))
+    if device.type == "cpu":
+        return measured_cpu_peak(dtype)
     return None
 
 

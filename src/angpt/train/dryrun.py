@@ -1,0 +1,316 @@
+"""`angpt train --dry-run`: what a run would cost, without a GPU, a dataset or any memory.
+
+`plan_run(cfg, gpus, gpu, mfu)` builds the model on the meta device (shapes only, so a 1B model is instant),
+then reports its parameters, training FLOPs per token, the batch geometry, an estimate of the memory per GPU with
+and without activation checkpointing, and the time per step and per run at an assumed MFU. The estimates and
+their sources are documented in docs/recipes.md#what-a-dry-run-estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from angpt.errors import ConfigError
+from angpt.models import ModelConfig, describe_constants, model_from_config
+from angpt.models.base import LanguageModel
+from angpt.train.config import RunConfig
+from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
+from angpt.train.loop import check_batch_geometry, resolve_model_config
+
+GPU_CHOICES = (*ACCELERATORS, "cpu")
+
+
+@dataclass
+class Memory:
+    """Estimated bytes per GPU at the peak of a training step (the start of the backward)."""
+
+    states: float  # fp32 parameters, gradients and Adam's m and v: 16 bytes per parameter, sharded under FSDP
+    working: float  # what is not sharded: bf16 weight copies, DDP's buckets or FSDP's all-gathered groups
+    activations: float  # saved for the backward, without recomputation
+    activations_ckpt: float  # with full per-block activation checkpointing
+
+    @property
+    def total(self) -> float:
+        return self.states + self.working + self.activations
+
+    @property
+    def total_ckpt(self) -> float:
+        return self.states + self.working + self.activations_ckpt
+
+
+@dataclass
+class DryRunReport:
+    arch: str
+    preset: str
+    model: ModelConfig
+    vocab_from: str  # where the vocabulary size came from
+    params: int
+    params_non_embedding: int
+    flops_per_token: float  # training, 6 N + 12 L T d
+    flops_attention: float  # the 12 L T d part
+    seq_len: int
+    micro_batch: int
+    gpus: int
+    accum: int
+    batch_tokens: int
+    steps: int
+    dist: str  # "ddp" | "fsdp" | "single" (one process: no wrapper)
+    dtype: str  # "bf16" | "fp32"
+    memory: Memory
+    gpu: Accelerator  # for "cpu": this machine, with the measured matmul peak and its RAM
+    mfu: float
+    step_time: float  # seconds
+    warning: str | None  # set when the estimate does not fit the GPU: what to change
+    checkpointing: bool = False  # the run recomputes each block in backward (train.activation_checkpointing)
+
+    @property
+    def needed(self) -> float:
+        """The estimate that applies to this run: with checkpointing when the run turns it on."""
+        return self.memory.total_ckpt if self.checkpointing else self.memory.total
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_tokens
+
+    @property
+    def run_time(self) -> float:
+        return self.steps * self.step_time
+
+
+def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4) -> DryRunReport:
+    """Plan `cfg` on `gpus` accelerators of kind `gpu` (A100 | H100 | H200 | B200 | cpu) at model FLOPs
+    utilisation `mfu`. Nothing is allocated, no data is read; ConfigError on bad input (exit 2 in the CLI)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError(f"--dry-run-gpus {gpus!r} must be a positive integer (the number of GPUs)")
+    if not 0 < mfu <= 1:
+        raise ConfigError(f"--dry-run-mfu {mfu!r} must be in (0, 1], e.g. 0.4")
+    try:
+        device = accelerator(gpu) if gpu.lower() != "cpu" else None
+    except KeyError:
+        raise ConfigError(f"--dry-run-gpu {gpu!r} is not known; use one of: {', '.join(GPU_CHOICES)}") from None
+    cfg.validate()
+    tc = cfg.train
+    mcfg, vocab_from = _model_config(cfg)
+    T = tc.seq_len or mcfg.context_length
+    if T > mcfg.context_length:
+        raise ConfigError(f"train.seq_len={T} exceeds the model's context length {mcfg.context_length}")
+    try:
+        accum = check_batch_geometry(tc.batch_tokens, T, tc.micro_batch, gpus)
+    except ConfigError as e:
+        fits = [n for n in range(gpus, 0, -1) if (tc.batch_tokens // T) % (tc.micro_batch * n) == 0]
+        hint = f", or plan for --dry-run-gpus {fits[0]}" if fits and not tc.batch_tokens % T else ""
+        raise ConfigError(f"{e} (for --dry-run-gpus {gpus}){hint}") from None
+
+    describe_constants(mcfg)  # computes (and caches) any Monte Carlo constants on the CPU: meta tensors hold no values
+    with torch.device("meta"):
+        model = model_from_config(mcfg)
+
+    if device is None:
+        dtype = "bf16" if tc.dtype == "bf16" or (tc.dtype == "auto" and _cpu_bf16()) else "fp32"
+        measured = {d: measured_cpu_peak(d) for d in ("fp32", dtype)}  # fp32 always; bf16 when the run uses it
+        source = f"measured {dtype} matmul peak" + (
+            f"; fp32: {measured['fp32'] / 1e9:.3g} GFLOP/s" if dtype != "fp32" else ""
+        )
+        device = Accelerator("cpu", measured[dtype], cpu_memory(), source)
+    else:
+        dtype = "fp32" if tc.dtype == "fp32" else "bf16"
+    dist = cfg.dist if gpus > 1 else "single"
+    memory = estimate_memory(model, T, tc.micro_batch, gpus, dist, dtype)
+    flops = model.flops_per_token(T)
+    report = DryRunReport(
+        arch=cfg.arch,
+        preset=cfg.preset,
+        model=mcfg,
+        vocab_from=vocab_from,
+        params=model.num_params(),
+        params_non_embedding=model.num_params(embeddings=False),
+        flops_per_token=flops,
+        flops_attention=12.0 * mcfg.n_layers * T * mcfg.d_model,
+        seq_len=T,
+        micro_batch=tc.micro_batch,
+        gpus=gpus,
+        accum=accum,
+        batch_tokens=tc.batch_tokens,
+        steps=tc.max_steps,
+        dist=dist,
+        dtype=dtype,
+        memory=memory,
+        gpu=device,
+        mfu=mfu,
+        step_time=flops * tc.batch_tokens / (gpus * device.peak_flops * mfu),
+        warning=None,
+        checkpointing=tc.activation_checkpointing,
+    )
+    report.warning = _fit_advice(report, model)
+    return report
+
+
+def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
+    """The model `angpt train` would build: from the checkpoint for init_from, else the preset plus overrides with
+    the dataset's vocabulary when the data folder is prepared, else the config's own vocabulary."""
+    from angpt.train import checkpoint as ckpt
+
+    if cfg.init_from is not None:
+        return ModelConfig.from_dict(ckpt.read_state(cfg.init_from)["model_config"]), f"checkpoint {cfg.init_from}"
+    meta = None
+    if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
+        from angpt.data import load_meta
+
+        meta = load_meta(cfg.data)
+    mcfg = resolve_model_config(cfg, meta)
+    if "vocab_size" in cfg.model:
+        return mcfg, "model.vocab_size"
+    if meta is not None:
+        return mcfg, f"{cfg.data}/meta.json ({meta['vocab_size']} tokens, padded to a multiple of 64)"
+    why = f"{cfg.data} is not prepared yet" if cfg.data else "no data folder given"
+    return mcfg, f"the preset ({why})"
+
+
+def _cpu_bf16() -> bool:
+    from angpt.train.step import cpu_supports_bf16
+
+    return cpu_supports_bf16()
+
+
+# ------------------------------------------------------------------------------------------------- memory
+def activation_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: str = "bf16") -> tuple[float, float]:
+    """Bytes of activations kept for the backward, (without, with) full per-block activation checkpointing.
+
+    The method is Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+    arXiv 2205.05198, section 4.1): count every tensor a layer saves, per token, in units of the width h. Their GPT
+    block (bf16, GeLU MLP of width 4h, dropout, unfused attention) keeps sbh(34 + 5as/h) bytes per layer and, with
+    full per-layer checkpointing, 2sbh (its input). Adapted to our blocks, with e bytes per compute element (2 for
+    bf16 autocast) and the SwiGLU branch width f, per token and layer:
+
+      two pre-norms on the fp32 residual stream    2 (8 + e) h   fp32 input, fp32 normalised output (the gain's
+                                                                 gradient), the e-byte copy feeding the matmul
+      QK-norm                                        (8 + 2e) h   fp32 q, k and their normalised e-byte copies
+      attention, fused kernel (SDPA / Flash)         7e h         q, k, v; q, k after RoPE; the output and its
+                                                                 head-merged copy (no T x T matrix is kept, so
+                                                                 their 5as/h term is gone; no dropout masks)
+      SwiGLU MLP                                     4e f         [u; z] (2f), silu(z) (f), u * silu(z) (f)
+
+    46h + 8f bytes at bf16 (78h for f = 4h), against their 34h. Outside the blocks: the final norm (8 + e) h and
+    the logits (e) with the fp32 log-softmax kept for the backward (4) and the fp32 gradient of the logits (4),
+    (e + 8) V bytes per token. With checkpointing each block keeps only its input, which is the fp32 residual
+    stream here (4h, against their 2h), and one block's activations live again while it is recomputed.
+
+    An estimate: under CPU bf16 autocast, saved-tensor hooks count the formula's 78h per layer for GPT+ (plus the
+    RoPE tables, which do not grow with the batch), 16% less for GPT (no QK-norm), ~20% more for nGPT and ~10%
+    less for anGPT (docs/recipes.md); tests/test_dryrun.py keeps every architecture within 30% of the formula.
+    """
+    e = 2 if dtype == "bf16" else 4
+    h, f, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
+    tokens = seq_len * micro_batch
+    layer = tokens * (2 * (8 + e) * h + (8 + 2 * e) * h + 7 * e * h + 4 * e * f)
+    outside = tokens * ((8 + e) * h + (e + 8) * V)
+    return L * layer + outside, L * tokens * 4 * h + layer + outside
+
+
+def estimate_memory(model: LanguageModel, seq_len: int, micro_batch: int, gpus: int, dist: str, dtype: str) -> Memory:
+    """Memory per GPU of training `model` (built on any device; only shapes are read); see `activation_bytes`.
+
+    - states: fp32 parameters, gradients and Adam's m and v, 16 bytes per parameter; FSDP2 shards them over the
+      GPUs (`fully_shard` per block and at the root, as train/dist.py does).
+    - working set, not sharded: under bf16 autocast each matrix's bf16 copy is saved for the backward (2 bytes per
+      matrix weight, on every rank, FSDP or not); DDP copies the gradients into its all-reduce buckets (4 bytes
+      per parameter, gradient_as_bucket_view is off); FSDP2 keeps the root group (embedding, LM head, final norm)
+      unsharded through forward and backward (params and grads, 8 bytes each) and has two blocks all-gathered
+      (the current one and the prefetched next, 4 bytes each) plus one block's unsharded gradients (4 bytes).
+    - not counted: the CUDA context and allocator fragmentation (planning with 1e9-byte GB leaves ~6% for them),
+      the optimizer step's temporaries (they come after the activations are freed).
+    """
+    p_total = model.num_params()
+    p_matrices = sum(p.numel() for p in model.matrices())
+    blocks = list(getattr(model, "blocks", []))
+    p_block = max((sum(p.numel() for p in b.parameters()) for b in blocks), default=0)
+    p_root = p_total - sum(sum(p.numel() for p in b.parameters()) for b in blocks)
+    states = 16.0 * p_total / (gpus if dist == "fsdp" else 1)
+    working = 2.0 * p_matrices if dtype == "bf16" else 0.0
+    if dist == "ddp":
+        working += 4.0 * p_total
+    elif dist == "fsdp":
+        working += 8.0 * p_root + 12.0 * p_block
+    act, act_ckpt = activation_bytes(model.config, seq_len, micro_batch, dtype)
+    return Memory(states, working, act, act_ckpt)
+
+
+def _fit_advice(r: DryRunReport, model: LanguageModel) -> str | None:
+    """None when the estimate fits `r.gpu`; else one line naming what to change, each with its estimate."""
+    limit = r.gpu.memory
+    if not limit or r.needed <= limit:
+        return None
+    options = []
+    for mb in range(r.micro_batch - 1, 0, -1):  # the largest micro-batch that fits and divides the batch
+        if (r.batch_tokens // r.seq_len) % (mb * r.gpus) == 0:
+            mem = estimate_memory(model, r.seq_len, mb, r.gpus, r.dist, r.dtype)
+            if (mem.total_ckpt if r.checkpointing else mem.total) <= limit:
+                options.append(f"--train.micro_batch {mb} ({_gb(mem.total)})")
+                break
+    if r.dist == "ddp":
+        mem = estimate_memory(model, r.seq_len, r.micro_batch, r.gpus, "fsdp", r.dtype)
+        options.append(f"--dist fsdp ({_gb(mem.total)} on {r.gpus} GPUs)")
+    if not r.checkpointing:
+        options.append(f"--train.activation_checkpointing true ({_gb(r.memory.total_ckpt)})")
+    if r.dist != "ddp":
+        options.append("more GPUs with --dist fsdp (it shards parameters, gradients and Adam states, not activations)")
+    return f"estimated {_gb(r.needed)} per GPU exceeds the {r.gpu.name}'s {_gb(limit)}; use {', or '.join(options)}"
+
+
+# ------------------------------------------------------------------------------------------------- report
+def format_report(r: DryRunReport) -> str:
+    """The dry run as printed by `angpt train --dry-run`."""
+    c, m = r.model, r.memory
+    where = {"ddp": f"DDP on {r.gpus} GPUs", "fsdp": f"FSDP2 on {r.gpus} GPUs", "single": "one process"}[r.dist]
+    six_n = r.flops_per_token - r.flops_attention
+    per_run = _duration(r.run_time)
+    if r.gpu.name != "cpu":
+        per_run += f" ({r.run_time * r.gpus / 3600:,.0f} GPU-hours)"
+    peak = f"{r.gpu.peak_flops / 1e12:.1f} TFLOP/s bf16 dense"
+    if r.gpu.name == "cpu":
+        peak = f"{r.gpu.peak_flops / 1e9:.3g} GFLOP/s ({r.gpu.source})"
+    lines = [
+        f"angpt dry run: {r.arch}, preset {r.preset} (built on the meta device: nothing allocated, no data read)",
+        f"  model        L={c.n_layers} d={c.d_model} H={c.n_heads} d_ff={c.ffn_dim} T={r.seq_len} V={c.vocab_size}; "
+        f"vocabulary from {r.vocab_from}",
+        f"  parameters   {r.params:,} total ({_si(r.params)}), "
+        f"{r.params_non_embedding:,} non-embedding ({_si(r.params_non_embedding)})",
+        f"  FLOPs/token  {r.flops_per_token:.3e} training = 6N {six_n:.3e} + attention 12LTd {r.flops_attention:.3e}"
+        " (PaLM App. B, full T x T)",
+        f"  batch        {r.batch_tokens:,} tokens/step = {r.gpus} GPU(s) x micro_batch {r.micro_batch} x "
+        f"{r.seq_len} tokens x {r.accum} accumulation step(s)",
+        f"  run          {r.steps:,} steps = {_si(r.tokens)} tokens",
+        f"  memory/GPU   estimated for {where}, {r.dtype} compute, fp32 parameters and Adam states:",
+        f"                 parameters, gradients, Adam m and v {_gb(m.states):>9}",
+        f"                 unsharded working set               {_gb(m.working):>9}",
+        f"                 activations at micro_batch {r.micro_batch:<8} {_gb(m.activations):>9}"
+        f"   {_gb(m.activations_ckpt)} with activation checkpointing",
+        f"                 total                               {_gb(m.total):>9}"
+        f"   {_gb(m.total_ckpt)} with activation checkpointing   ({r.gpu.name}: {_gb(r.gpu.memory)})",
+        f"  time         {r.gpu.name} at {peak}, MFU {r.mfu:g}: {r.step_time:.3g} s/step, {per_run} per run",
+    ]
+    return "\n".join(lines)
+
+
+def _si(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return f"{n:g}"
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

@@ -1,0 +1,77 @@
+"""Accelerators: dense bf16 peak FLOP/s and memory (one table for MFU and dry runs), and a measured CPU peak."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    peak_flops: float  # dense bf16 tensor-core FLOP/s (no 2:4 sparsity)
+    memory: float  # bytes (1 GB = 1e9 bytes) a training process can plan with
+    source: str
+
+
+# Vendor datasheets quote bf16 "with sparsity"; dense is half of that. GB here is 1e9 bytes: the datasheets'
+# "80GB" parts expose ~85e9 bytes, so planning with 80e9 leaves room for the CUDA context and allocator slack.
+ACCELERATORS: dict[str, Accelerator] = {
+    a.name: a
+    for a in (
+        # NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 with sparsity); 80GB HBM2e (also sold as 40GB).
+        Accelerator("A100", 312e12, 80e9, "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 80 GB"),
+        # NVIDIA H100 datasheet, SXM5: BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense; 80GB HBM3.
+        Accelerator("H100", 989.5e12, 80e9, "NVIDIA H100 datasheet (SXM): 1979/2 TFLOPS bf16 dense, 80 GB"),
+        # NVIDIA H200 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense; 141GB HBM3e.
+        Accelerator("H200", 989.5e12, 141e9, "NVIDIA H200 datasheet (SXM): 1979/2 TFLOPS bf16 dense, 141 GB"),
+        # NVIDIA HGX/DGX B200 datasheets: FP16/BF16 Tensor Core 4.5 PFLOPS per GPU with sparsity -> 2.25 dense;
+        # 1,440 GB per 8 GPUs = 180 GB each (the package carries 192 GB of HBM3e; ~180 GB is usable).
+        Accelerator("B200", 2250e12, 180e9, "NVIDIA HGX/DGX B200 datasheets: 4.5/2 PFLOPS bf16 dense, 180 GB"),
+    )
+}
+# Other devices the training loop recognises for MFU. H100 PCIe: the H100 datasheet's 1,513 TFLOPS with sparsity,
+# halved. The rest are carried over from the previous table and not re-checked (V100 has no bf16: its fp16 peak).
+_MFU_ONLY = {"H100 PCIe": 756e12, "L40S": 362e12, "A10G": 125e12, "RTX 4090": 165e12, "V100": 125e12}
+
+
+def accelerator(name: str) -> Accelerator:
+    """The table's entry for a name as `--dry-run-gpu` takes it (case-insensitive); KeyError if unknown."""
+    for key, acc in ACCELERATORS.items():
+        if key.lower() == name.lower():
+            return acc
+    raise KeyError(name)
+
+
+def peak_for_device_name(device_name: str) -> float | None:
+    """Dense bf16 peak of a CUDA device by its reported name ("NVIDIA H100 80GB HBM3"), None if not in the table."""
+    table = {**{k: a.peak_flops for k, a in ACCELERATORS.items()}, **_MFU_ONLY}
+    for key in sorted(table, key=len, reverse=True):  # "H100 PCIe" before "H100"
+        if key.lower() in device_name.lower():
+            return table[key]
+    return None
+
+
+def measured_cpu_peak(dtype: str = "fp32") -> float:
+    """FLOP/s of this machine's CPU on 1024 x 1024 matmuls in `dtype` ("fp32" | "bf16") at torch's current thread
+    count: the best of 5 (~0.1-1 s), measured once per process and thread count. A measured peak rather than a
+    datasheet one: CPUs differ by vector units, threads and load."""
+    return _cpu_peak(dtype, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_peak(dtype: str, threads: int) -> float:
+    from angpt.bench.step import matmul_peak
+
+    return matmul_peak(dtype, torch.device("cpu"), n=1024, reps=5)
+
+
+def cpu_memory() -> float:
+    """This machine's physical memory in bytes (0 when the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0.0

@@ -1,0 +1,244 @@
+"""`angpt train --dry-run`, the training FLOPs count and the accelerator table behind MFU."""
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from angpt.cli import main
+from angpt.models import ARCHS, ModelConfig, build_model, describe_constants, make_config, model_from_config
+from angpt.train import metrics
+from angpt.train.config import load_run_config
+from angpt.train.dryrun import activation_bytes, plan_run
+from angpt.train.hardware import measured_cpu_peak, peak_for_device_name
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "paper").glob("*.yaml"))
+PAPER = ROOT / "configs" / "paper"
+
+
+def dry_run(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["train", *map(str, args), "--dry-run"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def true_params(path: Path) -> tuple[int, int]:
+    """The parameters of the recipe's model, built independently on the meta device (the data folder is absent)."""
+    cfg = load_run_config(path)
+    mcfg = make_config(cfg.arch, cfg.preset, **cfg.model)
+    describe_constants(mcfg)  # anGPT's Monte Carlo constants cannot run on meta tensors; this caches them first
+    with torch.device("meta"):
+        model = build_model(cfg.arch, mcfg)
+    return model.num_params(), model.num_params(embeddings=False)
+
+
+def test_paper_recipes_are_shipped():
+    names = {p.stem for p in PAPER.glob("*.yaml")}
+    assert names == {f"{a}-{s}" for a in ("gptplus", "ngpt", "angpt") for s in ("0.5B", "1B")}
+    for path in PAPER.glob("*.yaml"):
+        cfg = load_run_config(path)
+        assert cfg.preset in ("0.5B", "1B") and cfg.train.seq_len == 2048 and cfg.train.dtype == "bf16"
+        assert cfg.dist == ("fsdp" if cfg.preset == "1B" else "ddp")
+        assert cfg.train.max_steps * cfg.train.batch_tokens == pytest.approx(
+            10e9 if cfg.preset == "0.5B" else 20e9, 1e-4
+        )
+        text = path.read_text()
+        assert "angpt prepare --source hf:cerebras/SlimPajama-627B --tokenizer hf:EleutherAI/gpt-neox-20b" in text
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_recipe_dry_runs_offline_fast_with_the_true_parameter_count(path, capsys):
+    where = ["--dry-run-gpus", "1", "--dry-run-gpu", "cpu"] if path.parent.name == "configs" else []  # demos: CPU
+    dry_run(capsys, "--config", path, *where)  # warm-up: a process's first meta build loads torch's meta kernels
+    start = time.perf_counter()
+    rc, out, err = dry_run(capsys, "--config", path, *where)
+    elapsed = time.perf_counter() - start
+    assert rc == 0 and err == "", err
+    assert elapsed < 1.0, f"dry run took {elapsed:.2f} s"
+    total, non_embedding = (
+        int(n.replace(",", "")) for n in re.search(r"parameters +([\d,]+) total.*?([\d,]+) non-emb", out).groups()
+    )
+    true_total, true_non_embedding = true_params(path)
+    assert total == pytest.approx(true_total, rel=0.01)
+    assert non_embedding == pytest.approx(true_non_embedding, rel=0.01)
+    assert "FLOPs/token" in out and "s/step" in out and "with activation checkpointing" in out
+
+
+def test_vocabulary_follows_a_prepared_data_folder_else_the_preset(data_dir, capsys):
+    from angpt.data import load_meta
+
+    common = ["--preset", "tiny", "--train.batch_tokens", "512", "--train.micro_batch", "4", "--dry-run-gpus", "2"]
+    rc, out, _ = dry_run(capsys, *common, "--data", data_dir)
+    padded = -(-load_meta(data_dir)["vocab_size"] // 64) * 64
+    assert rc == 0 and f"V={padded};" in out and "meta.json" in out
+    rc, out, _ = dry_run(capsys, *common, "--data", data_dir / "missing")
+    assert rc == 0 and "V=256;" in out and "is not prepared yet" in out  # the tiny preset's vocabulary
+
+
+def test_paper_recipes_fit_an_80gb_gpu_and_report_the_papers_sizes():
+    for path in PAPER.glob("*.yaml"):
+        r = plan_run(load_run_config(path), gpus=8, gpu="H100")
+        assert r.warning is None and r.memory.total < 80e9 * 0.8, (path.name, r.memory.total)  # room for nGPT's +20%
+        assert r.params == pytest.approx(0.506e9 if r.preset == "0.5B" else 1.073e9, rel=0.002)
+
+
+def test_memory_estimate_is_monotone():
+    cfg = load_run_config(PAPER / "angpt-1B.yaml")
+    fsdp = [plan_run(cfg, gpus=n).memory.total for n in (1, 2, 4, 8, 16, 64)]
+    assert all(a > b for a, b in zip(fsdp, fsdp[1:])), fsdp  # more GPUs under FSDP: less per GPU
+    one = plan_run(cfg, gpus=1)
+    assert one.memory.states == 16 * one.params  # fp32 parameters, gradients, Adam m and v, unsharded
+    cfg_ddp = load_run_config(PAPER / "angpt-1B.yaml", {"dist": "ddp"})
+    ddp = [plan_run(cfg_ddp, gpus=n).memory for n in (2, 8)]
+    assert ddp[0].total == ddp[1].total and ddp[0].states == one.memory.states  # DDP replicates: more GPUs do not help
+    assert all(m.total > plan_run(cfg, gpus=n).memory.total for m, n in zip(ddp, (2, 8)))
+    sizes = []
+    for micro in (1, 2, 4, 8):
+        mem = plan_run(load_run_config(PAPER / "angpt-1B.yaml", {"train.micro_batch": micro})).memory
+        assert mem.total_ckpt < mem.total and mem.activations_ckpt < mem.activations  # checkpointing: less
+        sizes.append(mem.total)
+    assert all(a < b for a, b in zip(sizes, sizes[1:]))  # a larger micro-batch: more
+
+
+def test_memory_warning_fires_for_a_config_that_cannot_fit(capsys):
+    rc, out, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", "32")
+    assert rc == 0 and "total" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("angpt train: warning: estimated") and "H100's 80.0 GB" in lines[0]
+    suggested = re.search(r"--train\.micro_batch (\d+)", lines[0]).group(1)
+    assert "--dist fsdp" in lines[0] and "--train.activation_checkpointing true" in lines[0]
+    rc, _, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", suggested)
+    assert rc == 0 and err == ""  # the suggestion fits
+    rc, _, err = dry_run(
+        capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", "32", "--dry-run-gpu", "B200"
+    )
+    assert rc == 0 and err == ""  # the same run fits a 180 GB GPU
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dry-run-gpu", "X100"], "--dry-run-gpu 'X100' is not known; use one of: A100, H100, H200, B200, cpu"),
+        (["--dry-run-mfu", "0"], "--dry-run-mfu 0.0 must be in (0, 1]"),
+        (["--dry-run-mfu", "1.5"], "--dry-run-mfu 1.5 must be in (0, 1]"),
+        (["--dry-run-gpus", "0"], "--dry-run-gpus 0 must be a positive integer"),
+        (
+            ["--dry-run-gpus", "3"],
+            "must be a multiple of seq_len x micro_batch x ranks = 2048 x 4 x 3 = 24576; e.g. "
+            "--train.batch_tokens 516096 (for --dry-run-gpus 3), or plan for --dry-run-gpus 2",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    rc, out, err = dry_run(capsys, "--config", PAPER / "angpt-1B.yaml", *args)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("angpt train: error: ") and message in err, err
+
+
+def test_mfu_of_one_and_gpu_names_are_accepted(capsys):
+    rc, out, _ = dry_run(capsys, "--config", PAPER / "angpt-1B.yaml", "--dry-run-mfu", "1", "--dry-run-gpu", "b200")
+    assert rc == 0 and "B200 at 2250.0 TFLOP/s" in out
+
+
+def test_step_time_follows_flops_batch_gpus_peak_and_mfu():
+    r = plan_run(load_run_config(PAPER / "angpt-1B.yaml"), gpus=8, gpu="A100", mfu=0.5)
+    assert r.step_time == pytest.approx(r.flops_per_token * 524288 / (8 * 312e12 * 0.5))
+    assert r.run_time == pytest.approx(r.step_time * 38147)
+
+
+# ------------------------------------------------------------------------------------------------- FLOPs
+def test_flops_per_token_matches_a_hand_count_of_every_matmul():
+    d, L, H, f, V, T = 64, 2, 4, 256, 256, 64
+    model = build_model("gpt+", "tiny", d_model=d, n_layers=L, n_heads=H, vocab_size=V, context_length=T)
+    assert model.config.ffn_dim == f
+    # One forward of one sequence of T tokens, 2 FLOPs per multiply-add, shapes [out, in] x [in, T]:
+    per_layer = (
+        2 * T * d * 3 * d  # qkv
+        + 2 * T * T * d  # scores Q K^T: H heads of [T, d_h] x [d_h, T], the full T x T (PaLM's convention)
+        + 2 * T * T * d  # weighted sum of V: H heads of [T, T] x [T, d_h]
+        + 2 * T * d * d  # proj
+        + 2 * T * d * 2 * f  # up: [u; z]
+        + 2 * T * f * d  # down
+    )
+    forward = L * per_layer + 2 * T * d * V  # + lm_head (the embedding is a lookup)
+    hand = 3 * forward / T  # backward = 2x forward
+    assert model.flops_per_token(T) == hand
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_flops_per_token_equals_torchs_count_of_a_training_step(arch):
+    model = build_model(arch, "tiny")
+    B, T = 2, model.config.context_length
+    x = torch.randint(0, model.config.vocab_size, (B, T))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:  # MATH: attention as matmuls
+        _, loss = model(x, x)
+        loss.backward()
+    assert counter.get_total_flops() / (B * T) == model.flops_per_token(T)
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def _saved_bytes_per_layer(arch: str, d: int = 64, T: int = 256, B: int = 2) -> float:
+    """Bytes autograd saves per layer under CPU bf16 autocast (parameters themselves excluded)."""
+    sizes = []
+    for L in (1, 2):
+        model = build_model(arch, "tiny", d_model=d, n_layers=L, n_heads=4, context_length=T, vocab_size=256)
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen: dict[int, int] = {}
+
+        def pack(t, seen=seen, params=params):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in params:
+                seen[ptr] = t.untyped_storage().nbytes()
+            return t
+
+        x = torch.randint(0, 256, (B, T))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x, x)
+        sizes.append(sum(seen.values()))
+    return sizes[1] - sizes[0]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_activation_formula_is_within_30_percent_of_what_autograd_saves(arch, one_thread):
+    d, T, B = 64, 256, 2
+    cfg = make_config(arch, "tiny", d_model=d, n_layers=1, n_heads=4, context_length=T, vocab_size=256)
+    one_layer = activation_bytes(make_config(arch, cfg, n_layers=2), T, B)[0] - activation_bytes(cfg, T, B)[0]
+    weights = 2 * (3 * d * d + d * d + 2 * d * cfg.ffn_dim + cfg.ffn_dim * d)  # bf16 weight copies, saved too
+    measured = _saved_bytes_per_layer(arch, d, T, B)
+    assert measured == pytest.approx(one_layer + weights, rel=0.3), (measured, one_layer + weights)
+
+
+# ------------------------------------------------------------------------------------------------ peaks
+def test_peak_flops_come_from_the_table_by_device_name_and_from_a_measurement_on_cpu():
+    assert peak_for_device_name("NVIDIA H100 80GB HBM3") == 989.5e12
+    assert peak_for_device_name("NVIDIA H100 PCIe") == 756e12
+    assert peak_for_device_name("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_for_device_name("NVIDIA H200") == 989.5e12
+    assert peak_for_device_name("NVIDIA B200") == 2250e12
+    assert peak_for_device_name("Some Future GPU") is None
+    cpu = torch.device("cpu")
+    assert metrics.peak_flops(cpu, 1e12) == 1e12
+    measured = metrics.peak_flops(cpu, None, "fp32")
+    assert measured == measured_cpu_peak("fp32") and 1e8 < measured < 1e14
+
+
+def test_training_logs_mfu_from_the_measured_cpu_peak(data_dir, tmp_path, one_thread):
+    import json
+
+    args = ["--preset", "tiny", "--arch", "gpt+", "--data", data_dir, "--out", tmp_path / "run"]
+    args += ["--train.batch_tokens", "256", "--train.micro_batch", "4", "--train.max_steps", "2", "--train.eval_every"]
+    args += ["0", "--train.eval_batches", "1", "--train.progress", "false", "--train.tensorboard", "false"]
+    args += ["--train.dtype", "fp32", "--train.log_every", "1", "--train.save_every", "0"]
+    assert main(["train", *map(str, args)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    model = model_from_config(
+        ModelConfig.from_dict(json.loads((tmp_path / "run" / "config.json").read_text())["model"])
+    )
+    for row in rows:
+        expected = model.flops_per_token(64) * row["tokens_per_sec"] / measured_cpu_peak("fp32")
+        assert row["mfu"] == pytest.approx(expected)
