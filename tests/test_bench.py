@@ -2,8 +2,9 @@
 
 import torch
 
-from angpt.bench.step import Qwen3Peer, bench_step, format_table, matmul_peak
+from angpt.bench.step import Qwen3Peer, bench_step, format_table
 from angpt.hf.qwen3 import gpt_from_qwen3_state_dict
+from angpt.train.hardware import matmul_peak
 
 
 def test_qwen3_peer_is_our_gpt_plus():

@@ -18,6 +18,7 @@ from torch import nn
 
 from angpt.models import build_model, fold_for_inference, make_config, registry
 from angpt.models.layers import cross_entropy
+from angpt.train.hardware import matmul_peak
 from angpt.train.optim import make_optimizer
 from angpt.train.step import TrainStep, autocast, synchronize
 
@@ -61,21 +62,6 @@ class Qwen3Peer(nn.Module):
 
 
 PEERS = {"qwen3": Qwen3Peer}
-
-
-def matmul_peak(dtype: str, device: torch.device, n: int = 2048, reps: int = 5) -> float:
-    """FLOP/s of a square n x n matmul in `dtype` on `device`: the best of `reps`, after a warm-up."""
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    best = float("inf")
-    for i in range(reps + 1):
-        synchronize(device)
-        t0 = time.perf_counter()
-        a @ b
-        synchronize(device)
-        if i:
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
 
 
 def bench_step(

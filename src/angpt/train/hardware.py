@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -64,8 +65,6 @@ def measured_cpu_peak(dtype: str = "fp32") -> float:
 
 @functools.lru_cache(maxsize=8)
 def _cpu_peak(dtype: str, threads: int) -> float:
-    from angpt.bench.step import matmul_peak
-
     return matmul_peak(dtype, torch.device("cpu"), n=1024, reps=5)
 
 
@@ -75,3 +74,23 @@ def cpu_memory() -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 0.0
+
+
+def matmul_peak(dtype: str, device: torch.device, n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of a square n x n matmul in `dtype` on `device`: the best of `reps`, after a warm-up."""
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
+    best = float("inf")
+    for i in range(reps + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        _sync(device)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
