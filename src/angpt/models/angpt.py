@@ -14,7 +14,7 @@ from torch import nn
 from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
-from angpt.models.layers import ACTIVATIONS, Scale, attend, merge_heads, scaled_linear, split_heads, unit_norm
+from angpt.models.layers import ACTIVATIONS, Scale, attend, merge_heads, scaled_linear, split_heads, unit_qk
 from angpt.models.ngpt import SphereLM, _alpha
 
 
@@ -69,7 +69,7 @@ class ANGPTBlock(Block):
             # q, k = s_qk Norm(q), s_qk Norm(k). Only the product enters the logits, (s q^).(s k^) = (s^2 q^).k^,
             # so s_qk^2 and the softmax scale go onto q alone.
             s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
-            q, k, scale = unit_norm(q) * (s_qk * s_qk * self.scale).to(q.dtype), unit_norm(k), 1.0
+            (q, k), scale = unit_qk(q, k, s_qk * s_qk * self.scale), 1.0
         # o = nu_att[t] SDPA(q, k, v)
         o = attend(q, k, v, scale, ctx.cache, self.layer) * ctx.att_factor(q.shape[-2]).to(q.dtype)
         # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h))

@@ -24,7 +24,7 @@ from torch import nn
 from angpt.models.base import Block, Context, LanguageModel
 from angpt.models.config import ModelConfig
 from angpt.models.constants import nu_lerp
-from angpt.models.layers import ACTIVATIONS, attend, merge_heads, split_heads, unit_norm
+from angpt.models.layers import ACTIVATIONS, attend, merge_heads, split_heads, unit_norm, unit_qk
 
 
 class FoldedBlock(Block):
@@ -48,7 +48,7 @@ class FoldedBlock(Block):
         q, k, v = split_heads(self.qkv(h), 3 * self.n_heads).chunk(3, dim=1)
         q, k = ctx.rotate(q), ctx.rotate(k)
         if self.q_gain is not None:
-            q, k = self.q_gain.to(q.dtype) * unit_norm(q), unit_norm(k)
+            q, k = unit_qk(q, k, self.q_gain)
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         if ctx.att_scale is not None:
             o = o * ctx.att_factor(q.shape[-2]).to(o.dtype)

@@ -110,6 +110,15 @@ def unit_norm(x: torch.Tensor) -> torch.Tensor:
     return (F.rms_norm(x.float(), (n,), eps=1e-30) * (n**-0.5)).to(x.dtype)
 
 
+def unit_qk(q: torch.Tensor, k: torch.Tensor, gain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gain * Norm(q), Norm(k)) up to a factor that cancels in q.k: the attention logits are exactly
+    gain * Norm(q).Norm(k). Each RMSNorm is x sqrt(n)/||x||, so both sqrt(n) go onto q's gain (two fewer passes
+    over [B, H, T, d_h] than normalising each and scaling q). Computed in fp32 for low-precision q, k."""
+    n = q.shape[-1]
+    q_n = F.rms_norm(q.float(), (n,), eps=1e-30) * (gain / n)
+    return q_n.to(q.dtype), F.rms_norm(k.float(), (n,), eps=1e-30).to(k.dtype)
+
+
 # ------------------------------------------------------------------------------------------------ norms
 class RMSNorm(nn.Module):
     """RMSNorm (Zhang and Sennrich 2019) with a learnable gain, computed in fp32 like Qwen3."""

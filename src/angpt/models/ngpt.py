@@ -22,6 +22,7 @@ from angpt.models.layers import (
     scaled_linear,
     split_heads,
     unit_norm,
+    unit_qk,
 )
 
 
@@ -56,8 +57,7 @@ class NGPTBlock(Block):
         # q, k = s_qk Norm(RoPE(q)), s_qk Norm(RoPE(k)) per head, logits sqrt(d_h) q.k. Only the product enters the
         # logits, (s q^).(s k^) = (s^2 q^).k^, so s_qk^2 and the softmax scale go onto q alone.
         s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
-        q = unit_norm(ctx.rotate(q)) * (s_qk * s_qk * self.scale).to(q.dtype)
-        k = unit_norm(ctx.rotate(k))
+        q, k = unit_qk(ctx.rotate(q), ctx.rotate(k), s_qk * s_qk * self.scale)
         o = attend(q, k, v, 1.0, ctx.cache, self.layer)
         # h_A = Norm(W_p o);  h = Norm(h + |a_A| (h_A - h))
         h_A = unit_norm(self.proj(merge_heads(o)).to(h.dtype))
