@@ -102,7 +102,7 @@ def run_comparison(
     """
     from angpt.compare.estimate import describe_dry_run
     from angpt.compare.runner import cpu_cores
-    from angpt.compare.store import PLAN_FILE, ReportLock, check_report_dir, write_json
+    from angpt.compare.store import PLAN_FILE, check_report_dir, report_lock, write_json
     from angpt.errors import UserError
 
     if not isinstance(jobs, int) or jobs < 1:
@@ -118,7 +118,7 @@ def run_comparison(
         return Report(report_dir=report_dir, plan=plan, dry_run=True, estimate=est)
 
     report_dir.mkdir(parents=True, exist_ok=True)
-    with ReportLock(report_dir):
+    with report_lock(report_dir):
         if not exists:
             write_json(report_dir / PLAN_FILE, plan.to_dict())
         return _run_locked(plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command)

@@ -14,6 +14,7 @@ from typing import Any
 
 from angpt.compare.plan import Plan, format_lr, format_tokens
 from angpt.errors import UserError
+from angpt.lock import DirLock
 
 RESULT_FILE = "result.json"
 PLAN_FILE = "plan.json"
@@ -117,48 +118,8 @@ def _short(value: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ lock
-class ReportLock:
-    """REPORT/.lock holding our pid while we run: two comparisons writing one report would corrupt it.
+def report_lock(report_dir: Path) -> DirLock:
+    """REPORT/.lock while a comparison runs: two comparisons writing one report would corrupt it."""
+    return DirLock(report_dir, "angpt compare")
 
-    A lock whose process is gone (a crash, a killed job) is taken over.
-    """
-
-    def __init__(self, report_dir: Path) -> None:
-        self.path = report_dir / ".lock"
-        self.held = False
-
-    def __enter__(self) -> ReportLock:
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    pid = int(self.path.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and pid != os.getpid() and _alive(pid):
-                    raise UserError(
-                        f"another angpt compare (pid {pid}) is running in {self.path.parent}; wait for it or stop it"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            self.held = True
-            return self
-        raise UserError(f"cannot take the lock {self.path}; remove it if no comparison is running")
-
-    def __exit__(self, *exc) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from angpt.errors import ConfigError, UserError
+from angpt.lock import DirLock
 from angpt.models import ModelConfig, make_config, model_from_config, unwrap
 from angpt.train import checkpoint as ckpt
 from angpt.train.config import RunConfig
@@ -36,6 +38,7 @@ from angpt.train.dist import (
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
+from angpt.train.resume import check_resume
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, resolve_dtype, synchronize
 
@@ -57,6 +60,7 @@ class TrainResult:
     checkpoint: Path | None
     tokens: int
     step_time_median: float | None
+    signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
 
 
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
@@ -96,7 +100,12 @@ def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> TrainRes
     `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
     CLI passes lm-eval's when `train.eval_tasks` is set.
     """
-    return Trainer(cfg, evaluators).run()
+    if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+        raise ConfigError(f"--out {cfg.out} is a file; pass a folder")
+    if cfg.out is None or int(os.environ.get("RANK", "0")) != 0:  # rank 0 claims the folder for all ranks
+        return Trainer(cfg, evaluators).run()
+    with DirLock(cfg.out, "angpt train"):
+        return Trainer(cfg, evaluators).run()
 
 
 class Trainer:
@@ -127,6 +136,7 @@ class Trainer:
             raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
         accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
         self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
+        self.data_identity: dict | None = None  # the dataset's tokenizer hash and fingerprint, when known
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
             raise UserError(
                 f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to resume; "
@@ -191,20 +201,49 @@ class Trainer:
         if self.resume_from is not None:
             path = self.resume_from
             state = ckpt.read_state(path)
-            if state.get("model_config") != self.mcfg.to_dict():
-                raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
+            notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity)
             trainer = ckpt.load_trainer_state(path)
             model_sd = ckpt.load_model_state(path)
             ckpt.check_fits(self.base, model_sd, str(path))
             load_full_state(self.model, self.opt, model_sd, trainer["optimizer"])
             self.sched.load_state_dict(trainer["scheduler"])
+            self._reschedule()
             torch.set_rng_state(trainer["rng"]["torch"])
             self.loader.load_state_dict(state["data"])
             self.step, self.tokens = state["step"], state["tokens"]
+            if self.info.is_main:
+                print(f"resuming from step {self.step} ({path})", file=sys.stderr)
+                for note in notes:
+                    print(f"  {note}", file=sys.stderr)
         elif self.cfg.init_from is not None:
             model_sd = ckpt.load_model_state(self.cfg.init_from)
             ckpt.check_fits(self.base, model_sd, str(self.cfg.init_from))
             load_full_state(self.model, None, model_sd, None)
+
+    def _reschedule(self) -> None:
+        """After loading a scheduler's state: this run's schedule (its max_steps), and the LR it gives now.
+
+        LambdaLR's state carries the callable schedule's fields, so a resumed run would otherwise keep the old
+        max_steps (and the old run's cosine) whatever the new config says.
+        """
+        sched = self.sched
+        for fn in sched.lr_lambdas:
+            fn.max_steps = self.tc.max_steps
+        for group, base, fn in zip(self.opt.param_groups, sched.base_lrs, sched.lr_lambdas):
+            group["lr"] = base * fn(sched.last_epoch)
+        sched._last_lr = [g["lr"] for g in self.opt.param_groups]
+
+    def _forget_unsaved_steps(self) -> None:
+        """Metrics rows of steps after the checkpoint being resumed: those steps are about to be run again."""
+        path = self.out / "metrics.jsonl"
+        if not self.info.is_main or not path.is_file():
+            return
+        lines = path.read_text().splitlines()
+        keep = [line for line in lines if json.loads(line).get("step", 0) <= self.step]
+        if len(keep) != len(lines):
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in keep))
+            os.replace(tmp, path)
 
     # ------------------------------------------------------------------------------------------------ pieces
     def evaluate(self) -> tuple[float, float | None]:
@@ -256,6 +295,7 @@ class Trainer:
             "model_config": self.mcfg.to_dict(),
             "metrics": metrics,
             "world_size": self.info.world_size,
+            "data_identity": self.data_identity,
         }
         return ckpt.save_checkpoint(
             self.out,
@@ -277,6 +317,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
         cfg, tc, info = self.cfg, self.tc, self.info
+        self._forget_unsaved_steps()
         self._write_run_files()
         logger = MetricsLogger(
             self.out,
@@ -299,7 +340,14 @@ class Trainer:
                 if not math.isfinite(loss_value):
                     where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
                     raise TrainingError(f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
-                grad_norm = self.step_fn.update()
+                grad_norm = self.step_fn.clip()
+                if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
+                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
+                    raise TrainingError(
+                        f"gradient norm is {float(grad_norm)} at step {self.step + 1}; stopping before the update "
+                        f"({where})"
+                    )
+                self.step_fn.apply()
                 self.step += 1
                 self.tokens += tc.batch_tokens
                 synchronize(info.device)
@@ -366,6 +414,7 @@ class Trainer:
             checkpoint=last_ckpt,
             tokens=self.tokens,
             step_time_median=times[len(times) // 2] if times else None,
+            signal=signals.received,
         )
 
 

@@ -84,8 +84,8 @@ class TrainStep:
     """One optimizer step over `accum` micro-batches.
 
     `forward` is what computes `(logits, loss)` (the model, or its compiled form); `model` is the module whose
-    parameters are clipped. Call it as a whole (`step(next_batch)`), or in two halves when something must look at
-    the loss before the weights change: `loss = step.accumulate(next_batch)`, then `grad_norm = step.update()`.
+    parameters are clipped. Call it as a whole (`step(next_batch)`), or in parts when something must look at the
+    loss or the gradient norm before the weights change: `accumulate(next_batch)`, `clip()`, then `apply()`.
     """
 
     def __init__(
@@ -124,17 +124,24 @@ class TrainStep:
         mean = loss_sum / self.accum
         return all_reduce_mean(mean, self.dist) if self.dist is not None else mean
 
-    def update(self) -> torch.Tensor:
-        """Clip, step (the weight constraint runs in the optimizer's post-step hook), schedule, zero the grads."""
+    def clip(self) -> torch.Tensor:
+        """The gradient norm before clipping (the grads are clipped to `grad_clip` when it is > 0)."""
         if self.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        else:
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+    def apply(self) -> None:
+        """Step (the weight constraint runs in the optimizer's post-step hook), schedule, zero the grads."""
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def update(self) -> torch.Tensor:
+        """`clip()` then `apply()`; returns the gradient norm before clipping."""
+        grad_norm = self.clip()
+        self.apply()
         return grad_norm
 
     def __call__(self, next_batch: Callable[[], Batch]) -> StepStats:

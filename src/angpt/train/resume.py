@@ -1,0 +1,73 @@
+"""Whether a checkpoint may be resumed under the requested run config, and what changes on the way.
+
+Identical settings continue. A longer (or shorter) `max_steps` is well defined and applies: the cosine schedule
+is recomputed for the new length from the current step on. Settings that only steer logging, evaluation,
+checkpointing or the process (`eval_every`, `device`, `compile`, ...) apply freely. Everything that shapes the
+optimisation or the data the run sees (learning rate, warm-up, betas, batch geometry, seed, dtype, model, data,
+tokenizer) refuses with a one-line error naming the field: resuming under it would silently make a different run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from angpt.errors import UserError
+from angpt.models import ModelConfig
+from angpt.train.config import RunConfig
+
+# train.* fields that change how the optimisation goes or which tokens are seen: fixed for the life of a run.
+FIXED_TRAIN = (
+    "lr",
+    "weight_decay",
+    "warmup_steps",
+    "min_lr_ratio",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "batch_tokens",
+    "micro_batch",
+    "seq_len",
+    "seed",
+    "dtype",
+)
+
+
+def check_resume(
+    path: Any, state: dict[str, Any], cfg: RunConfig, mcfg: ModelConfig, data_identity: dict[str, Any] | None
+) -> list[str]:
+    """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`; else the changes applied."""
+    saved = state.get("run_config") or {}
+    saved_train = saved.get("train") or {}
+    if state.get("model_config") != mcfg.to_dict():
+        raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
+    for key in FIXED_TRAIN:
+        if key in saved_train and saved_train[key] != getattr(cfg.train, key):
+            raise UserError(
+                f"cannot resume {path} with train.{key}={getattr(cfg.train, key)!r}: the run was trained with "
+                f"{saved_train[key]!r}; resume without changing it, or start a new run (--out)"
+            )
+    recorded = state.get("data_identity")
+    if recorded and data_identity:
+        if recorded.get("tokenizer") != data_identity.get("tokenizer"):
+            raise UserError(
+                f"cannot resume {path} on {cfg.data}: its tokenizer differs from the one the run was trained with "
+                "(the token ids would mean other text)"
+            )
+        if recorded.get("fingerprint") != data_identity.get("fingerprint"):
+            raise UserError(
+                f"cannot resume {path} on {cfg.data}: the token data differs from the data the run was trained on; "
+                "resume on the same prepared folder, or start a new run"
+            )
+    notes = []
+    old_steps = saved_train.get("max_steps")
+    if old_steps is not None and old_steps != cfg.train.max_steps:
+        if cfg.train.max_steps < state["step"]:
+            raise UserError(
+                f"cannot resume {path} at step {state['step']} with train.max_steps={cfg.train.max_steps}: "
+                "the run is already past it"
+            )
+        notes.append(
+            f"train.max_steps {old_steps} -> {cfg.train.max_steps}: the cosine schedule is recomputed for the new "
+            "length from here on"
+        )
+    return notes
