@@ -1,5 +1,8 @@
 """Data pipeline: raw text -> tokenizer -> token shards (:func:`prepare_dataset`) -> batches (:class:`TokenLoader`).
 
+Before training: :func:`check_trainable` (both splits usable at a sequence length, ids in range) and
+:func:`data_identity` (tokenizer hash, vocabulary size and content fingerprint, for a resume to compare).
+
 Importing this package is light: ``datasets``, ``transformers`` and ``pyarrow`` are imported only by the
 functions that need them.
 """
@@ -9,23 +12,29 @@ from angpt.data.format import (
     HEADER_SIZE,
     MAGIC,
     check_compatible,
+    check_token_ids,
+    data_identity,
     load_meta,
     open_shard,
     read_shard_header,
     write_shard,
 )
-from angpt.data.loader import TokenLoader, iter_eval_batches
+from angpt.data.loader import TokenLoader, check_trainable, iter_eval_batches
 from angpt.data.prepare import prepare_dataset, split_value
-from angpt.data.sources import list_local_files, list_stdlib_files, open_source
+from angpt.data.sources import DEFAULT_DOC_SEPARATOR, list_local_files, list_stdlib_files, open_source
 from angpt.data.tokenizer import Tokenizer, load_tokenizer, make_tokenizer, train_bpe
 
 __all__ = [
+    "DEFAULT_DOC_SEPARATOR",
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
     "Tokenizer",
     "TokenLoader",
     "check_compatible",
+    "check_token_ids",
+    "check_trainable",
+    "data_identity",
     "iter_eval_batches",
     "list_local_files",
     "list_stdlib_files",

@@ -8,8 +8,10 @@ A prepared dataset is a folder holding
 * ``meta.json``, written last: its presence marks a finished dataset. Main keys: ``format_version``,
   ``angpt_version``, ``created``, ``options`` (the prepare arguments), ``source``, ``tokenizer`` (spec, kind,
   hash, vocab_size, eos_id), ``vocab_size``, ``eos_id``, ``dtype``, ``documents``/``tokens``/``bytes`` and
-  ``splits.{train,val}`` = ``{shards: [{file, tokens}], documents, tokens, bytes, bytes_per_token}`` where
-  ``tokens`` count the EOS separators and ``bytes`` the UTF-8 text.
+  ``splits.{train,val}`` = ``{shards: [{file, tokens, sha256}], documents, tokens, bytes, bytes_per_token}``
+  where ``tokens`` count the EOS separators, ``bytes`` the UTF-8 text and ``sha256`` hashes the whole shard
+  file (header included; absent in datasets prepared before it was recorded). :func:`data_identity` turns
+  them into the dataset's fingerprint.
 
 Shard layout (little-endian): a 256-byte header followed by ``count`` tokens of ``itemsize`` bytes each
 (uint16 when the vocabulary has at most 65536 ids, else uint32). Header fields, in order:
@@ -33,6 +35,7 @@ Documents are concatenated, each followed by its EOS id; a document may continue
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -108,6 +111,63 @@ def open_shard(path: str | os.PathLike) -> np.ndarray:
     if header["count"] == 0:
         return np.zeros(0, dtype=header["dtype"])
     return np.memmap(path, dtype=header["dtype"], mode="r", offset=HEADER_SIZE, shape=(header["count"],))
+
+
+# Shards whose ids were already checked in this process: (path, dev, inode, size, mtime, ctime) -> largest id.
+# A file changed in any way gets a new key (mtime/ctime move on every write), so it is scanned again.
+_SCANNED: dict[tuple, int] = {}
+_HASHED: dict[tuple, str] = {}  # the same keys -> sha256 of the whole file
+
+
+def _file_key(path: Path) -> tuple:
+    st = os.stat(path)
+    return (str(Path(path).absolute()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _max_token_id(tokens: np.ndarray) -> int:
+    """The largest id of a shard's tokens: one vectorised pass over the memory map."""
+    return int(tokens.max()) if tokens.size else -1
+
+
+def check_token_ids(path: str | os.PathLike, tokens: np.ndarray, vocab_size: int) -> None:
+    """DataError naming the shard and the first id ``>= vocab_size`` in ``tokens`` (the shard's memory map).
+
+    Out-of-range ids in a shard with a valid header (bit rot, a hand-edited or foreign file) would index past
+    the embedding table. The check is a vectorised max over the memory map (about the time to read the file),
+    done once per unchanged shard file per process; ids that cannot reach ``vocab_size`` are not scanned.
+    """
+    if tokens.size == 0 or vocab_size > np.iinfo(tokens.dtype).max:
+        return
+    key = _file_key(Path(path))
+    top = _SCANNED.get(key)
+    if top is None:
+        top = _max_token_id(tokens)
+    if top >= vocab_size:
+        pos = int(np.argmax(tokens >= vocab_size))
+        raise DataError(
+            f"{path} holds token id {int(tokens[pos])} at token {pos}, outside the vocabulary (vocab_size "
+            f"{vocab_size}): the shard is corrupt; prepare the dataset again"
+        )
+    _SCANNED[key] = top
+
+
+def file_sha256(path: str | os.PathLike, *, cached: bool = True) -> str:
+    """sha256 hex of a whole file (header included), read in 8 MiB blocks; remembered per unchanged file."""
+    path = Path(path)
+    h = hashlib.sha256()
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    try:
+        key = _file_key(path)
+        if cached and key in _HASHED:
+            return _HASHED[key]
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                h.update(view[:n])
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}; re-run prepare") from e
+    _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 class ShardWriter:
@@ -253,3 +313,79 @@ def check_compatible(meta: dict, vocab_size: int) -> None:
             f"dataset vocabulary has {need} ids but the model has vocab_size={vocab_size}; "
             f"set model.vocab_size >= {need}"
         )
+
+
+def _tokenizer_hash(data_dir: Path, meta: dict) -> str:
+    """The tokenizer hash recorded in meta.json or angpt_tokenizer.json, else the sha256 of tokenizer.json."""
+    tok = meta.get("tokenizer")
+    recorded = meta.get("tokenizer_hash") or (tok.get("hash") if isinstance(tok, dict) else None)
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    spec = data_dir / "angpt_tokenizer.json"
+    if spec.is_file():
+        try:
+            recorded = json.loads(spec.read_text(encoding="utf-8")).get("hash")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            raise DataError(f"{spec} is corrupt ({e}); prepare the dataset again") from e
+        if isinstance(recorded, str) and recorded:
+            return recorded
+    file = data_dir / "tokenizer.json"
+    if not file.is_file():
+        raise DataError(f"{data_dir} records no tokenizer hash and has no tokenizer.json; prepare it again")
+    return file_sha256(file)
+
+
+def data_identity(data_dir: str | os.PathLike, *, verify: bool = False) -> dict:
+    """What identifies a prepared dataset, for a resumed run to compare with what its checkpoint recorded.
+
+    Returns a JSON-serialisable dict:
+
+    * ``tokenizer_hash``: the tokenizer's hash as recorded at prepare time (``meta.json``, else
+      ``angpt_tokenizer.json``), else the sha256 of ``tokenizer.json``. Two tokenizers with the same vocabulary
+      size have different hashes.
+    * ``vocab_size``: the tokenizer's vocabulary size.
+    * ``data_fingerprint``: sha256 hex over, per split, each shard's file name, token count and sha256 (of the
+      whole file, header included, which binds the token dtype, vocabulary size and tokenizer). It changes
+      whenever the prepared token stream differs in any token: another source text, tokenizer, split seed,
+      ``val_fraction``, ``max_tokens``, document rule or shard size. It does not depend on the folder's path,
+      the preparation time or the angpt version, so the same prepare twice (or a copied folder) gives the same
+      fingerprint.
+    * ``tokens``: the token count of each split.
+
+    Cost: the shard hashes recorded in ``meta.json`` at prepare time are used, so by default only ``meta.json``
+    and each shard's 256-byte header are read (the header is checked against ``meta.json``); a change to a shard
+    file after it was prepared (bit rot, same-size replacement) is then NOT seen. ``verify=True`` re-reads every
+    shard (a full read of the dataset) and raises a DataError naming any shard whose content differs from its
+    recorded hash. Datasets prepared before hashes were recorded are hashed on the fly (a full read, remembered
+    per unchanged file for the process), giving the same fingerprint as if recorded.
+    """
+    data_dir = Path(data_dir)
+    meta = load_meta(data_dir)
+    splits: dict[str, list] = {}
+    tokens: dict[str, int] = {}
+    for name in sorted(meta["splits"]):
+        entries = []
+        for path, count in split_files(data_dir, meta, name):
+            header = read_shard_header(path)
+            if header["count"] != count:
+                raise DataError(f"{path} holds {header['count']} tokens, meta.json says {count}; prepare it again")
+            shard = next(s for s in meta["splits"][name]["shards"] if s["file"] == path.name)
+            recorded = shard.get("sha256")
+            if recorded is None or verify:
+                actual = file_sha256(path, cached=not verify)
+                if recorded is not None and actual != recorded:
+                    raise DataError(
+                        f"{path} changed since it was prepared (its sha256 differs from meta.json): the file is "
+                        "corrupt or was replaced; prepare the dataset again"
+                    )
+                recorded = actual
+            entries.append([path.name, count, recorded])
+        splits[name] = entries
+        tokens[name] = sum(e[1] for e in entries)
+    blob = json.dumps({"version": 1, "splits": splits}, sort_keys=True, separators=(",", ":")).encode()
+    return {
+        "tokenizer_hash": _tokenizer_hash(data_dir, meta),
+        "vocab_size": int(meta["vocab_size"]),
+        "data_fingerprint": hashlib.sha256(blob).hexdigest(),
+        "tokens": tokens,
+    }

@@ -28,28 +28,36 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from angpt.data.format import load_meta, open_shard, read_shard_header, split_files
+from angpt.data.format import check_token_ids, load_meta, open_shard, read_shard_header, split_files
 from angpt.errors import DataError
 
 
 class _Windows:
     """The windows of one split: memory-mapped shards plus the window-id -> (shard, offset) mapping."""
 
-    def __init__(self, data_dir: str | os.PathLike, split: str, seq_len: int):
-        if not isinstance(seq_len, int) or seq_len < 1:
+    def __init__(self, data_dir: str | os.PathLike, split: str, seq_len: int, *, allow_empty: bool = False):
+        if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
             raise DataError(f"seq_len must be a positive integer, got {seq_len!r}")
         self.meta = load_meta(data_dir)
         self.seq_len = seq_len
         self.shards = []
+        vocab_size = int(self.meta["vocab_size"])
         for path, count in split_files(data_dir, self.meta, split):
             header = read_shard_header(path)
-            if header["count"] != count or header["tokenizer_hash"] != self.meta["tokenizer_hash"][:32]:
+            if (
+                header["count"] != count
+                or header["tokenizer_hash"] != self.meta["tokenizer_hash"][:32]
+                or header["vocab_size"] != vocab_size
+            ):
                 raise DataError(f"{path} does not match {data_dir}/meta.json; prepare the dataset again")
-            self.shards.append(open_shard(path).view(np.ndarray))  # plain views: memmap slicing is slow
+            tokens = open_shard(path)
+            check_token_ids(path, tokens, vocab_size)  # once per shard file: a corrupt id fails here, not in a step
+            self.shards.append(tokens.view(np.ndarray))  # plain views: memmap slicing is slow
+        self.tokens = sum(len(s) for s in self.shards)
         counts = [max(0, (len(s) - 1) // seq_len) for s in self.shards]
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self.count = int(self.starts[-1])
-        if self.count == 0:
+        if self.count == 0 and not allow_empty:
             tokens = sum(len(s) for s in self.shards)
             raise DataError(
                 f"the {split} split of {data_dir} has {tokens} tokens, fewer than seq_len+1={seq_len + 1}; "
@@ -203,6 +211,11 @@ def iter_eval_batches(
     """
     _check_ranks(batch_size, rank, world_size)
     windows = _Windows(data_dir, split, seq_len)
+    if windows.count < world_size:  # else no rank gets a batch and a mean over nothing reads as a zero loss
+        raise DataError(
+            f"the {split} split of {data_dir} has {windows.count} window(s) of seq_len+1={seq_len + 1} tokens, "
+            f"fewer than world_size={world_size}; use a shorter seq_len, fewer ranks or more {split} data"
+        )
     pos, produced = 0, 0
     while pos < windows.count and (max_batches is None or produced < max_batches):
         per_rank = min(batch_size, (windows.count - pos) // world_size)
@@ -219,3 +232,44 @@ def _check_ranks(batch_size: int, rank: int, world_size: int) -> None:
         raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
     if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise DataError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+
+
+def check_trainable(data_dir: str | os.PathLike, seq_len: int, *, world_size: int = 1) -> dict:
+    """Check before step 1 that training on ``data_dir`` at ``seq_len`` can run and be evaluated.
+
+    Raises a one-line DataError when the train split has no window of ``seq_len + 1`` tokens inside one shard,
+    or the validation split is empty or has fewer such windows than ``world_size`` (one evaluation batch needs
+    one window per rank), or a shard of either split is corrupt: a header that disagrees with ``meta.json`` or
+    token ids outside the vocabulary (each shard is scanned once per process, so a TokenLoader opened after this
+    does not scan again). Returns ``{"train_tokens", "train_windows", "val_tokens", "val_windows"}``.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise DataError(f"world_size must be a positive integer, got {world_size!r}")
+    out = {}
+    for split, label in (("train", "train"), ("val", "validation")):
+        w = _Windows(data_dir, split, seq_len, allow_empty=True)
+        where = f"the {label} split of {data_dir}"
+        if split == "train" and w.count == 0:
+            longest = max((len(s) for s in w.shards), default=0)
+            raise DataError(
+                f"{where} has {w.tokens} tokens (longest shard {longest}), no window of seq_len+1={seq_len + 1} "
+                "tokens within a shard; use a shorter seq_len or prepare more data"
+            )
+        if split == "val" and w.tokens == 0:
+            raise DataError(
+                f"{where} is empty, so the run could never be evaluated; prepare it again with --val-fraction > 0 "
+                "(and at least 2 documents)"
+            )
+        if split == "val" and w.count == 0:
+            raise DataError(
+                f"{where} has {w.tokens} tokens, fewer than seq_len+1={seq_len + 1} for one evaluation window; use "
+                "a shorter seq_len, or prepare it again with a larger --val-fraction or more documents"
+            )
+        if split == "val" and w.count < world_size:
+            raise DataError(
+                f"{where} has {w.count} window(s) of seq_len+1={seq_len + 1} tokens, fewer than "
+                f"world_size={world_size} (an evaluation batch takes one per rank); use a shorter seq_len, fewer "
+                "ranks, or prepare it again with a larger --val-fraction"
+            )
+        out[f"{split}_tokens"], out[f"{split}_windows"] = w.tokens, w.count
+    return out

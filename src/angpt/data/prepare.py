@@ -23,12 +23,13 @@ from angpt.data.format import (
     SPLITS,
     ShardWriter,
     dtype_for_vocab,
+    file_sha256,
     load_meta,
     open_shard,
     save_meta,
     write_shard,
 )
-from angpt.data.sources import Source, StdlibSource, open_source
+from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source, StdlibSource, open_source
 from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
 from angpt.errors import DataError
 
@@ -62,6 +63,7 @@ def prepare_dataset(
     seed: int = 0,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES,
+    doc_separator: str | None = None,
 ) -> dict:
     """Tokenize ``source`` into train/val token shards in ``out_dir`` and return the dataset's meta dict.
 
@@ -80,6 +82,16 @@ def prepare_dataset(
         seed: keys the split hash, so a different seed draws a different val set.
         shard_tokens: tokens per shard file.
         tokenizer_train_bytes: cap on the text used to fit ``bpe:N`` (also capped at ``8 * max_tokens``).
+        doc_separator: how ``.txt`` files are cut into documents. ``None`` (default): a source that is one
+            ``.txt`` file is cut at blank lines (one or more empty or whitespace-only lines), while each ``.txt``
+            file of a folder is one document; a regex: every ``.txt`` file is cut at its matches; ``""``: every
+            ``.txt`` file is one document. See :mod:`angpt.data.sources`; the rule applied is recorded as
+            ``options.doc_separator`` (None for whole files).
+
+    Refused with a one-line DataError, writing nothing: a train split that would be empty, and a validation
+    split that would be empty although ``val_fraction > 0`` (one document, say a single ``.txt`` file without
+    blank lines). ``val_fraction=0`` asks for a train-only dataset, which training refuses
+    (:func:`check_trainable`).
 
     Returns the meta (also saved as ``meta.json``): options, tokenizer spec/hash/vocab_size/eos_id, dtype and
     per split the shard list with token counts, documents, UTF-8 ``bytes`` and ``tokens`` (EOS included), so
@@ -92,7 +104,7 @@ def prepare_dataset(
     spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
     parse_tokenizer_spec(spec)
     _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
-    src = open_source(source, text_field)
+    src = open_source(source, text_field, doc_separator)
     options = {
         "source": src.name,
         "tokenizer": spec,
@@ -102,12 +114,14 @@ def prepare_dataset(
         "seed": int(seed),
         "shard_tokens": int(shard_tokens),
         "tokenizer_train_bytes": int(tokenizer_train_bytes),
+        "doc_separator": src.doc_separator,
     }
     out_dir = Path(out_dir).expanduser().absolute()
     existing = _existing_dataset(out_dir, options)
     if existing is not None:
         return existing
 
+    made = [p for p in reversed(out_dir.parents) if not p.exists()]  # parents this call creates
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
@@ -120,6 +134,11 @@ def prepare_dataset(
         os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for parent in reversed(made):  # a refused prepare leaves nothing behind, not even empty parents
+            try:
+                parent.rmdir()
+            except OSError:
+                break
         raise
     return meta
 
@@ -262,16 +281,48 @@ def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, 
                 stats["train"][key] -= value
                 stats["val"][key] += value
         writers["val"].close()
+        for s in SPLITS:
+            for shard in writers[s].shards:  # the whole file, after any rewrite by _move_to_val
+                shard["sha256"] = file_sha256(out / shard["file"], cached=False)
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
     finally:
         bar.close()
-    if stats["train"]["documents"] == 0:
-        raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
+    _check_splits(src, stats, options, capped=max_tokens is not None and total >= max_tokens)
     capped = max_tokens is not None and total >= max_tokens
     return _meta(src, tok, options, writers, stats, capped, time.time() - start)
+
+
+def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> None:
+    """Refuse (DataError, one line) a dataset whose train split, or val split when asked for, would be empty."""
+    train, val = stats["train"]["documents"], stats["val"]["documents"]
+    total, vf = train + val, options["val_fraction"]
+    if total == 0:
+        raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
+    if train == 0:
+        raise DataError(
+            f"the train split would be empty: all {total} document(s) of {src.name} hash into validation at "
+            f"--val-fraction {vf}; lower --val-fraction or add documents (nothing was written)"
+        )
+    if vf > 0 and val == 0:
+        doc = "document" if total == 1 else "documents"
+        if capped:
+            why = f"--max-tokens {options['max_tokens']} keeps {total} {doc}"
+            fix = "raise --max-tokens"
+        else:
+            why = f"source {src.name} gave {total} {doc}"
+            fix = "give more documents (a folder of files, or .jsonl with one per line)"
+        if any(f.suffix == ".txt" for f in getattr(src, "files", ())):
+            rule = options.get("doc_separator")
+            how = f"cut at {rule!r}" if rule else "kept whole"
+            how = "cut at blank lines" if rule == DEFAULT_DOC_SEPARATOR else how
+            why += f" (.txt files {how})"
+        raise DataError(
+            f"the validation split would be empty: {why}, and train and validation need 2 at least; {fix}, or "
+            "cut the text into documents with --doc-separator REGEX; nothing was written"
+        )
 
 
 def _move_to_val(out: Path, writers: dict, best: tuple, kw: dict) -> None:

@@ -4,8 +4,20 @@ Source strings:
 
 * ``"stdlib"``: every ``.py`` file of the running interpreter's standard library (``site-packages`` excluded,
   files that are not UTF-8 skipped), in sorted path order, one document per file. No network needed.
-* a local path: a file or a folder searched recursively in sorted order, reading ``.txt`` (one document per
-  file), ``.jsonl`` (one document per line, field ``text_field``) and ``.parquet`` (column ``text_field``).
+* a local path: a file or a folder searched recursively in sorted order, reading ``.txt``, ``.jsonl`` (one
+  document per line, field ``text_field``) and ``.parquet`` (column ``text_field``) files.
+
+  How ``.txt`` files become documents (``doc_separator``, recorded in ``meta.json`` as the rule applied):
+
+  - default (``None``): a source that is a single ``.txt`` file is cut into blocks separated by one or more
+    blank (empty or whitespace-only) lines, :data:`DEFAULT_DOC_SEPARATOR`; each ``.txt`` file found in a folder
+    is one document;
+  - a regular expression (Python ``re`` syntax; inline flags such as ``(?m)`` allowed): every ``.txt`` file of
+    the source is cut at its matches, which are dropped, e.g. ``"<\\|endoftext\\|>"`` or ``"(?m)^-{3,}\\n"``;
+  - ``""``: every ``.txt`` file is one document, whatever it holds.
+
+  Blocks that are empty or whitespace only are skipped; the others are kept verbatim (with the default rule a
+  block ends with the newline of its last line). A separator for a source without ``.txt`` files is refused.
 * ``"hf:..."``: read through ``datasets`` (streaming where possible); a trailing ``@SPLIT`` picks the split
   (default ``train``):
 
@@ -35,6 +47,8 @@ from urllib.parse import urlparse
 from angpt.errors import DataError
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+# One or more blank lines (empty or only spaces/tabs, CRLF too) after a newline; the newline stays with the block.
+DEFAULT_DOC_SEPARATOR = r"(?<=\n)(?:[ \t\r\f\v]*\n)+"
 HF_BUILDERS = ("parquet", "json", "csv", "text", "arrow")
 _TRUE = {"1", "true", "yes", "on"}
 _HUB_NAME = re.compile(r"^[\w.\-]+(/[\w.\-]+)?$")
@@ -111,12 +125,44 @@ def list_local_files(path: str | os.PathLike) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(path).as_posix())
 
 
+def compile_doc_separator(separator: str) -> re.Pattern:
+    """Compile a ``doc_separator`` regex; DataError if it does not compile or matches the empty string."""
+    if not isinstance(separator, str):
+        raise DataError(f"doc_separator must be a regular expression string, got {type(separator).__name__}")
+    try:
+        pattern = re.compile(separator)
+    except re.error as e:
+        raise DataError(f"doc_separator {separator!r} is not a valid regular expression ({e})") from e
+    if pattern.search("") is not None:
+        raise DataError(
+            f"doc_separator {separator!r} matches the empty string, so it would cut everywhere; "
+            r"use one that consumes text, e.g. '\n\s*\n' for blank lines"
+        )
+    return pattern
+
+
+def split_documents(text: str, separator: re.Pattern) -> Iterator[str]:
+    """The documents of ``text`` cut at ``separator``'s matches (dropped), skipping blank ones."""
+    pos = 0
+    for m in separator.finditer(text):
+        if m.end() == m.start():
+            continue  # a zero-width match (a lookaround) separates nothing
+        piece = text[pos : m.start()]
+        if piece.strip():
+            yield piece
+        pos = m.end()
+    piece = text[pos:]
+    if piece.strip():
+        yield piece
+
+
 class Source:
     """A document source; iterating it yields the documents (``str``) afresh each time, in a fixed order."""
 
     def __init__(self, name: str, text_field: str = "text"):
         self.name = name  # the normalised source string stored in meta.json
         self.text_field = text_field
+        self.doc_separator: str | None = None  # the rule that cuts .txt files into documents; None: whole files
 
     def __iter__(self) -> Iterator[str]:
         raise NotImplementedError
@@ -138,27 +184,37 @@ class StdlibSource(Source):
 class LocalSource(Source):
     """A local ``.txt``/``.jsonl``/``.parquet`` file or folder."""
 
-    def __init__(self, path: Path, text_field: str = "text"):
+    def __init__(self, path: Path, text_field: str = "text", doc_separator: str | None = None):
         super().__init__(str(path), text_field)
         self.files = list_local_files(path)
+        has_txt = any(f.suffix == ".txt" for f in self.files)
+        if doc_separator is None:
+            doc_separator = DEFAULT_DOC_SEPARATOR if path.is_file() and has_txt else ""
+        elif doc_separator and not has_txt:
+            raise DataError(f"doc_separator cuts .txt files, and source {path} has none; leave it out")
+        self.doc_separator = doc_separator or None
+        self._pattern = compile_doc_separator(doc_separator) if doc_separator else None
 
     def __iter__(self) -> Iterator[str]:
         for f in self.files:
             if f.suffix == ".txt":
-                yield from _read_txt(f)
+                text = _read_txt(f)
+                if self._pattern is None:
+                    if text:
+                        yield text
+                else:
+                    yield from split_documents(text, self._pattern)
             elif f.suffix == ".jsonl":
                 yield from _read_jsonl(f, self.text_field)
             else:
                 yield from _read_parquet(f, self.text_field)
 
 
-def _read_txt(path: Path) -> Iterator[str]:
+def _read_txt(path: Path) -> str:
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{path} is not UTF-8 text (byte {e.start}); convert it to UTF-8 or remove it") from e
-    if text:
-        yield text
 
 
 def _read_jsonl(path: Path, field: str) -> Iterator[str]:
@@ -294,13 +350,17 @@ def _is_saved_dataset(path: str) -> bool:
     return (p / "dataset_dict.json").is_file() or ((p / "state.json").is_file() and (p / "dataset_info.json").is_file())
 
 
-def open_source(source: str | os.PathLike, text_field: str = "text") -> Source:
-    """Parse a source string (``stdlib``, a local path, or ``hf:...``) into a re-iterable :class:`Source`."""
+def open_source(source: str | os.PathLike, text_field: str = "text", doc_separator: str | None = None) -> Source:
+    """Parse a source string (``stdlib``, a local path, or ``hf:...``) into a re-iterable :class:`Source`.
+
+    ``doc_separator`` says how ``.txt`` files are cut into documents (see the module docstring); the rule
+    applied is the source's ``doc_separator`` attribute (None when each file is one document).
+    """
     if not isinstance(source, str | os.PathLike):
         raise DataError(f"data source must be a string or path, got {type(source).__name__}")
     s = os.fspath(source)
-    if s == "stdlib":
-        return StdlibSource("stdlib", text_field)
-    if s.startswith("hf:"):
-        return HFSource(s, text_field)
-    return LocalSource(Path(os.path.abspath(os.path.expanduser(s))), text_field)
+    if s == "stdlib" or s.startswith("hf:"):
+        if doc_separator:
+            raise DataError(f"doc_separator cuts local .txt files, and source {s!r} has none; leave it out")
+        return StdlibSource("stdlib", text_field) if s == "stdlib" else HFSource(s, text_field)
+    return LocalSource(Path(os.path.abspath(os.path.expanduser(s))), text_field, doc_separator)

@@ -112,7 +112,7 @@ class Trainer:
     """One run: set up (data, model, optimizer, resume) on construction; `run()` trains to the end or a stop."""
 
     def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> None:
-        from angpt.data import TokenLoader, check_compatible, load_meta
+        from angpt.data import TokenLoader, check_compatible, check_trainable, data_identity, load_meta
 
         cfg.validate()
         if cfg.data is None:
@@ -136,7 +136,8 @@ class Trainer:
             raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
         accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
         self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
-        self.data_identity: dict | None = None  # the dataset's tokenizer hash and fingerprint, when known
+        check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
+        self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
             raise UserError(
                 f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to resume; "

@@ -48,12 +48,12 @@ def check_resume(
             )
     recorded = state.get("data_identity")
     if recorded and data_identity:
-        if recorded.get("tokenizer") != data_identity.get("tokenizer"):
+        if recorded.get("tokenizer_hash") != data_identity.get("tokenizer_hash"):
             raise UserError(
                 f"cannot resume {path} on {cfg.data}: its tokenizer differs from the one the run was trained with "
                 "(the token ids would mean other text)"
             )
-        if recorded.get("fingerprint") != data_identity.get("fingerprint"):
+        if recorded.get("data_fingerprint") != data_identity.get("data_fingerprint"):
             raise UserError(
                 f"cannot resume {path} on {cfg.data}: the token data differs from the data the run was trained on; "
                 "resume on the same prepared folder, or start a new run"
