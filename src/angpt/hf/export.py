@@ -14,13 +14,17 @@ What each architecture becomes (``format="auto"``):
 An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
 (our marker: format, arch and the full angpt config), and, with a tokenizer, ``tokenizer.json``,
 ``tokenizer_config.json``, ``special_tokens_map.json`` and ``angpt_tokenizer.json``. It is built in a temporary
-folder beside ``out_dir`` and renamed into place, so a failure leaves nothing half-written.
+folder beside ``out_dir``. A new folder is renamed into place whole. Over a previous export, only the export's
+own files are replaced (those the previous export wrote, listed in its marker, and those this one writes): they
+are moved aside, the new ones moved in (the marker last), then the old ones deleted, and a failure on the way puts
+the previous export back. Files the user added to the folder are never touched.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -43,6 +47,18 @@ DTYPES = {
 MARKER = "angpt_export.json"
 MODELING_FILE = "modeling_angpt.py"
 WEIGHTS_FILE = "model.safetensors"
+# Every file an export may write: what a previous export is taken to own when its marker lists no "files".
+EXPORT_FILES = (
+    "config.json",
+    WEIGHTS_FILE,
+    "generation_config.json",
+    MARKER,
+    MODELING_FILE,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "angpt_tokenizer.json",
+)
 
 
 # ---------------------------------------------------------------------------------------------- registration
@@ -93,7 +109,8 @@ def export_hf(
 
     `format` is "auto" (by architecture, see the module docstring) or one of "qwen3", "llama", "folded", which
     must then match the architecture. `dtype` ("float32", "bfloat16", "float16") is the stored weight dtype.
-    `out_dir` must be missing, empty, or a previous export (which is replaced); anything else is a UserError.
+    `out_dir` must be missing, empty, or a previous export; anything else is a UserError. Over a previous export
+    the export's own files are replaced and any other file in the folder is left as it is.
     """
     base = unwrap(model)
     cfg: ModelConfig = base.config
@@ -128,12 +145,12 @@ def export_hf(
             "dtype": dtype_name,
             "angpt_version": _version(),
             "config": cfg.to_dict(),
+            "files": sorted([p.name for p in tmp.iterdir()] + [MARKER]),  # what a later re-export replaces
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n", encoding="utf-8")
-        _swap_into_place(tmp, out)
-    except BaseException:
+        _move_into_place(tmp, out)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -147,23 +164,55 @@ def _check_target(out: Path) -> None:
         )
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Rename `tmp` to `out`; a previous export at `out` is moved aside first and removed only afterwards."""
-    old = None
-    if out.is_dir():
-        if any(out.iterdir()):
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            out.rename(old)
-        else:
-            out.rmdir()
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Put the export built in `tmp` at `out`: a rename when `out` is missing or empty, else file by file.
+
+    Over a previous export, the files it owns (its marker's "files", or :data:`EXPORT_FILES` for older markers)
+    and any file of the new export already in `out` are moved to a backup folder beside `out`, the new files are
+    moved in with the marker last, and the backup is deleted. On a failure the moves are undone. Other files in
+    `out` stay where they are.
+    """
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    new = sorted((p.name for p in tmp.iterdir()), key=lambda n: (n == MARKER, n))  # the marker moves in last
+    owned = set(_previous_files(out)) | set(new)
+    aside = sorted((n for n in owned if (out / n).exists() or (out / n).is_symlink()), key=lambda n: (n != MARKER, n))
+    backup = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+    backup.mkdir()
+    moved_aside: list[str] = []
+    moved_in: list[str] = []
     try:
-        tmp.rename(out)
+        for name in aside:  # the old marker first: a half-replaced folder is never taken for a complete export
+            os.replace(out / name, backup / name)
+            moved_aside.append(name)
+        for name in new:
+            os.replace(tmp / name, out / name)
+            moved_in.append(name)
     except BaseException:
-        if old is not None:  # put the previous export back
-            old.rename(out)
+        for src, dst, names in ((out, tmp, moved_in), (backup, out, moved_aside)):
+            for name in reversed(names):
+                try:
+                    os.replace(src / name, dst / name)
+                except OSError:
+                    pass
+        if not any(backup.iterdir()):
+            shutil.rmtree(backup, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def _previous_files(out: Path) -> list[str]:
+    """The files the previous export in `out` wrote, as its marker lists them (plain names only)."""
+    try:
+        listed = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if not isinstance(listed, list):
+        return list(EXPORT_FILES)
+    return [n for n in listed if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n and "\\" not in n]
 
 
 def _gpt_files(model: GPT, cfg: ModelConfig, fmt: str):
@@ -291,7 +340,9 @@ def import_hf(path: str | Path) -> torch.nn.Module:
     try:
         raw = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{cfg_file} is not readable JSON ({e})") from e
+        raise CheckpointError(f"{cfg_file} is not readable JSON ({_line(e)})") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{cfg_file} is not a JSON object; pass a Hugging Face checkpoint folder")
     model_type = raw.get("model_type")
     if model_type not in ("qwen3", "llama", "angpt_folded"):
         raise CheckpointError(
@@ -321,19 +372,41 @@ def import_hf(path: str | Path) -> torch.nn.Module:
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     single = folder / WEIGHTS_FILE
     index = folder / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(str(single))
+        return _load_safetensors(single)
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shards = sorted(set(weight_map.values()))
+            if not all(isinstance(s, str) for s in shards):
+                raise TypeError("shard names must be strings")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{index} is not a valid safetensors index ({_line(e)})") from e
         sd: dict[str, torch.Tensor] = {}
         for shard in shards:
-            sd |= load_file(str(folder / shard))
+            sd |= _load_safetensors(folder / shard)
         return sd
     raise CheckpointError(f"no {WEIGHTS_FILE} (or sharded index) in {folder}; only safetensors weights are read")
+
+
+def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing; download or export the checkpoint again")
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(
+            f"{file} is truncated or corrupt ({_line(e)}); download or export the checkpoint again"
+        ) from e
+
+
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 def _check_plain(hf_config, kind: str) -> None:
@@ -345,7 +418,8 @@ def _check_plain(hf_config, kind: str) -> None:
 
 def _tie_if_needed(hf_config, sd: dict[str, torch.Tensor]) -> None:
     # Tied checkpoints omit lm_head; our models are untied, so give the head its own copy of the embedding.
-    if "lm_head.weight" not in sd and getattr(hf_config, "tie_word_embeddings", False):
+    tied = getattr(hf_config, "tie_word_embeddings", False)
+    if "lm_head.weight" not in sd and tied and "model.embed_tokens.weight" in sd:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()
 
 

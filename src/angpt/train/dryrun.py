@@ -154,7 +154,7 @@ def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
     from angpt.train import checkpoint as ckpt
 
     if cfg.init_from is not None:
-        return ModelConfig.from_dict(ckpt.read_state(cfg.init_from)["model_config"]), f"checkpoint {cfg.init_from}"
+        return ckpt.read_model_config(cfg.init_from), f"checkpoint {cfg.init_from}"
     meta = None
     if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
         from angpt.data import load_meta

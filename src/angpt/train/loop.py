@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from angpt.errors import ConfigError, UserError
+from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
 from angpt.models import ModelConfig, make_config, model_from_config, unwrap
 from angpt.train import checkpoint as ckpt
@@ -136,6 +136,9 @@ class Trainer:
             raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
         accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
         self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
+        # Rotation deletes only this run's checkpoints: a resumed run keeps its id.
+        saved_id = ckpt.read_state(self.resume_from, require=()).get("run_id") if self.resume_from else None
+        self.run_id = saved_id or ckpt.new_run_id()
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
@@ -192,7 +195,7 @@ class Trainer:
             return resolve_model_config(cfg, self.meta)
         # The model is whatever the checkpoint holds (an imported Qwen3, say).
         ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
-        mcfg = ModelConfig.from_dict(ckpt.read_state(cfg.init_from)["model_config"])
+        mcfg = ckpt.read_model_config(cfg.init_from)
         if mcfg.arch != cfg.arch:
             raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
         return mcfg
@@ -306,6 +309,7 @@ class Trainer:
             state,
             tokenizer_dir=self.cfg.data,
             keep_last=self.tc.keep_last,
+            run_id=self.run_id,
         )
 
     def _write_run_files(self) -> None:
@@ -319,6 +323,9 @@ class Trainer:
     def run(self) -> TrainResult:
         cfg, tc, info = self.cfg, self.tc, self.info
         self._forget_unsaved_steps()
+        if info.is_main:
+            for p in ckpt.clean_stale_tmp(self.out):
+                print(f"removed {p}, left by an interrupted save", file=sys.stderr)
         self._write_run_files()
         logger = MetricsLogger(
             self.out,
@@ -387,7 +394,11 @@ class Trainer:
                     pbar.set_postfix_str(_postfix(row, mfu))
                 stop = signals.received is not None or (tc.stop_at is not None and self.step >= tc.stop_at and not last)
                 if stop or last or (tc.save_every and self.step % tc.save_every == 0):
-                    last_ckpt = self.save({k: v for k, v in row.items() if not k.startswith("health/")}) or last_ckpt
+                    try:
+                        saved = self.save({k: v for k, v in row.items() if not k.startswith("health/")})
+                    except CheckpointError as e:  # non-finite weights after a finite loss: keep the good one
+                        raise TrainingError(f"{e}; stopping (the last good checkpoint is {last_ckpt})") from e
+                    last_ckpt = saved or last_ckpt
                 if stop:
                     status = "interrupted"
                     if info.is_main:
