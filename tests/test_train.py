@@ -181,7 +181,7 @@ def test_existing_run_is_not_overwritten(data_dir, tmp_path, capsys):
     shutil.rmtree(out / "checkpoints")
     before = (out / "metrics.jsonl").read_text()
     assert run_cli(*args) == 2
-    assert "--resume auto" in capsys.readouterr().err
+    assert "already holds a run" in capsys.readouterr().err  # and no checkpoint: nothing to resume, nothing lost
     assert (out / "metrics.jsonl").read_text() == before
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from angpt.errors import UserError
@@ -41,15 +42,15 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _parse_overrides(items: list[str]) -> dict:
-    """KEY=VALUE pairs, values parsed as YAML scalars (numbers, booleans, null, strings)."""
-    import yaml
+    """KEY=VALUE pairs, values parsed as YAML scalars (numbers, `4e-3` included, booleans, null, strings)."""
+    from angpt.train.config import parse_value
 
     out = {}
     for item in items:
         if "=" not in item:
             raise UserError(f"override {item!r} must look like KEY=VALUE")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = parse_value(f"model.{key.strip()}", value)
     return out
 
 
@@ -83,6 +84,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             overrides.append((key, value))
+    if args.device is not None:
+        overrides.append(("train.device", args.device))
     overrides += parse_overrides(args.extra)
     cfg = load_run_config(args.config, overrides)
     if args.dry_run:
@@ -93,27 +96,50 @@ def cmd_train(args: argparse.Namespace) -> int:
         if report.warning:
             print(f"angpt train: warning: {report.warning}", file=sys.stderr)
         return 0
+    from angpt.train.dist import pick_device
+
+    pick_device(cfg.train.device, int(os.environ.get("LOCAL_RANK", "0")))  # before --out is created
     evaluators = []
     if cfg.train.eval_tasks:
         from angpt.infer.harness import task_evaluator
 
         evaluators.append(task_evaluator(cfg))
     result = train(cfg, evaluators)
-    if int(__import__("os").environ.get("RANK", "0")) != 0:
-        return 0
-    msg = f"{result.status} at step {result.step}: "
+    # A run stopped by a signal exits 128 + its number (130 SIGINT, 143 SIGTERM), as the shell reports a killed
+    # process, so `angpt train ... && angpt export ...` does not export a half-trained model; train.stop_at exits 0.
+    sig = getattr(result, "signal", None) if result.status == "interrupted" else None
+    code = 128 + int(sig) if sig else 0
+    if int(os.environ.get("RANK", "0")) != 0:
+        return code
+    print(_train_summary(cfg, result))
+    return code
+
+
+def _train_summary(cfg, result) -> str:
+    """`finished at step 24: val_loss 2.1 (1.3 bits/byte); dtype bf16; checkpoint ...; metrics ...` (no empty parts)."""
+    from angpt.train.dist import pick_device
+    from angpt.train.step import resolve_dtype
+
+    head = f"{result.status} at step {result.step}"
     if result.val_loss is not None:
-        msg += f"val_loss {result.val_loss:.4f}"
+        head += f": val_loss {result.val_loss:.4f}"
         if result.val_bpb is not None:
-            msg += f" ({result.val_bpb:.3f} bits/byte)"
-    print(f"{msg}; checkpoint {result.checkpoint}; metrics {result.out / 'metrics.jsonl'}")
-    return 0
+            head += f" ({result.val_bpb:.3f} bits/byte)"
+    dtype = getattr(result, "dtype", None)
+    if dtype is None:  # what the trainer resolved "auto" to on this device (train/loop.py: resolve_dtype)
+        rank = int(os.environ.get("LOCAL_RANK", "0"))
+        dtype = resolve_dtype(cfg.train.dtype, pick_device(cfg.train.device, rank))
+    ckpt = f"checkpoint {result.checkpoint}" if result.checkpoint is not None else "no checkpoint saved"
+    return "; ".join([head, f"dtype {dtype}", ckpt, f"metrics {result.out / 'metrics.jsonl'}"])
 
 
 # ------------------------------------------------------------------------------------ generate / export / eval
 def _load(checkpoint: str, device: str | None = None):
     from angpt.train.checkpoint import load_checkpoint_model
+    from angpt.train.dist import pick_device
 
+    if device is not None:
+        device = str(pick_device(device))  # a one-line error for a device this machine lacks
     model, tokenizer = load_checkpoint_model(checkpoint, device=device or "cpu")
     if tokenizer is None:
         raise UserError(f"checkpoint {checkpoint} carries no tokenizer (tokenizer.json); re-save it from a run")
@@ -207,6 +233,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.what != "step":
         raise UserError(f"unknown benchmark {args.what!r}; use: step")
+    if args.device is not None:
+        from angpt.train.dist import pick_device
+
+        pick_device(args.device)  # a one-line error for a device this machine lacks
     rows = bench_step(
         _csv(args.arch),
         args.preset,
@@ -229,16 +259,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="angpt", description=__doc__)
+    # allow_abbrev=False on every parser: with prefix matching `--resum auto` silently means `--resume auto`, and a
+    # misspelt flag of `train` (whose unknown flags are config overrides) could become another flag.
+    p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("info", help="presets, a resolved config and its constants")
+    s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
     s.add_argument("--arch", default="angpt")
     s.add_argument("--preset", default=None)
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder")
+    s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder", allow_abbrev=False)
     s.add_argument("--source", default="stdlib", help="stdlib | PATH (.txt/.jsonl/.parquet file or folder) | hf:NAME")
     s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH")
     s.add_argument("--out", required=True)
@@ -251,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "train",
+        allow_abbrev=False,
         help="train a model (also under torchrun)",
         description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512",
     )
@@ -261,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None)
     s.add_argument("--dist", default=None, choices=["ddp", "fsdp"])
     s.add_argument("--resume", default=None, help="auto | PATH")
+    s.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (the same as --train.device)")
     s.add_argument(
         "--dry-run",
         action="store_true",
@@ -271,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run-mfu", type=float, default=0.4, help="assumed model FLOPs utilisation (default 0.4)")
     s.set_defaults(func=cmd_train, accepts_extra=True)
 
-    s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)")
+    s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)
     s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
     s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
     s.add_argument("--max-new-tokens", type=int, default=200)
@@ -285,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None)
     s.set_defaults(func=cmd_generate)
 
-    s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)")
+    s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
     s.add_argument("checkpoint")
     s.add_argument("out")
     s.add_argument("--format", default="hf", help="hf (Hugging Face transformers)")
@@ -293,12 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     s.set_defaults(func=cmd_export)
 
-    s = sub.add_parser("import-hf", help="import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint")
+    s = sub.add_parser(
+        "import-hf", help="import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint", allow_abbrev=False
+    )
     s.add_argument("path")
     s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
     s.set_defaults(func=cmd_import_hf)
 
-    s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint")
+    s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
     s.add_argument("checkpoint")
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline)")
@@ -308,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None)
     s.set_defaults(func=cmd_eval)
 
-    s = sub.add_parser("bench", help="side-by-side benchmarks (step: training step and folded inference)")
+    s = sub.add_parser(
+        "bench", help="side-by-side benchmarks (step: training step and folded inference)", allow_abbrev=False
+    )
     s.add_argument("what", choices=["step"])
     s.add_argument("--arch", default="gpt+,ngpt,angpt", help="comma-separated; ratios are against the first")
     s.add_argument("--preset", default="demo")
@@ -332,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     args.extra = extra
     if extra and not getattr(args, "accepts_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _verb_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args) or 0
     except UserError as e:
@@ -341,6 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"angpt {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _verb_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of one verb: an error about that verb's flags prints its usage line, not the top level's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 if __name__ == "__main__":

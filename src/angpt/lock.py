@@ -20,8 +20,10 @@ class DirLock:
         self.path = Path(folder) / ".lock"
         self.what = what
         self.held = False
+        self.created = False
 
     def __enter__(self) -> DirLock:
+        self.created = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         me = f"{os.getpid()} {socket.gethostname()}"
         for _ in range(2):
@@ -52,6 +54,8 @@ class DirLock:
         if self.held:
             self.path.unlink(missing_ok=True)
             self.held = False
+            if self.created and not any(self.path.parent.iterdir()):  # a start that failed leaves no empty folder
+                self.path.parent.rmdir()
 
 
 def _owner(path: Path) -> tuple[int, str]:

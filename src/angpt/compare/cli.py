@@ -80,6 +80,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.budgets is None or not _csv(args.budgets):
         raise UserError("no token budgets: give --budgets, e.g. --budgets 1Mi,2Mi,4Mi")
     seeds = [_int(s, "--seeds entry") for s in _csv(args.seeds)]
+    if args.device != "auto":
+        from angpt.train.dist import pick_device
+
+        pick_device(args.device)  # a device this machine lacks fails here, not in every run
     plan = make_plan(
         args.data,
         arms=split_arms(args.arms),
@@ -129,6 +133,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         help="fair multi-budget, multi-seed comparison of architectures (LR sweeps, speedup, report)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--budget` must not silently mean `--budgets`
     )
     s.add_argument("--data", required=True, help="a dataset folder written by `angpt prepare`")
     s.add_argument("--out", required=True, help="report directory (created; re-use it to resume)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from angpt.errors import ConfigError, UserError
 from angpt.models import registry
+from angpt.train.config import load_yaml
 
 # The built-in arms are the registry's architectures and named variants (models/registry.py).
 DEFAULT_ARMS = ("gpt", "gpt+", "ngpt", "angpt")
@@ -138,8 +139,6 @@ _ARM_RE = re.compile(r"(?:(?P<label>[A-Za-z0-9_.+-]+)=)?(?P<base>[A-Za-z0-9_+]+)
 
 def parse_arm(text: str) -> Arm:
     """Parse ``[LABEL=]NAME[KEY=VALUE,...]`` (see the module docstring) into an :class:`Arm`."""
-    import yaml
-
     from angpt.models.config import ModelConfig
 
     m = _ARM_RE.fullmatch(text.strip())
@@ -156,7 +155,7 @@ def parse_arm(text: str) -> Arm:
         if "=" not in item:
             raise UserError(f"arm {text!r}: option {item!r} must look like key=value")
         key, raw = (s.strip() for s in item.split("=", 1))
-        value = yaml.safe_load(raw) if raw else None
+        value = load_yaml(raw) if raw else None
         section, _, name = key.rpartition(".")
         if section in ("", "model"):
             if name not in model_keys:
@@ -184,8 +183,6 @@ def _split_opts(text: str) -> list[str]:
 
 def parse_settings(items: list[str]) -> dict[str, Any]:
     """``--set`` items (``model.KEY=V``, ``KEY=V`` meaning a model key, or ``train.KEY=V``) -> {dotted: value}."""
-    import yaml
-
     from angpt.models.config import ModelConfig
 
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch", "extra"}
@@ -194,7 +191,7 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise UserError(f"--set {item!r} must look like model.KEY=VALUE or train.KEY=VALUE")
         key, raw = (s.strip() for s in item.split("=", 1))
-        value = yaml.safe_load(raw) if raw else None
+        value = load_yaml(raw) if raw else None
         section, _, name = key.rpartition(".")
         if section in ("", "model"):
             if name not in model_keys:

@@ -236,6 +236,68 @@ def _task_manager(tasks: Sequence[str], include_path: str | Path | Sequence[str 
     return manager
 
 
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    """What loading a task's dataset raises when the Hub is offline, unreachable or lacks it."""
+    errors: list[type[BaseException]] = [ConnectionError]
+    try:
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        errors += [HfHubHTTPError, LocalEntryNotFoundError]
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        pass
+    try:
+        from datasets.exceptions import DatasetNotFoundError
+
+        errors.append(DatasetNotFoundError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from requests.exceptions import RequestException
+
+        errors.append(RequestException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+def _hub_error(names: Sequence[str], e: BaseException) -> UserError:
+    """One line for a task whose dataset could not be loaded from the Hub (offline, say): what, why, what to do."""
+    import os
+
+    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(v, "").lower() in ("1", "true")]
+    where = f"which is offline here ({'='.join([offline[0], os.environ[offline[0]]])})" if offline else "(unreachable?)"
+    cause = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+    return UserError(
+        f"lm_eval task(s) {', '.join(names)} need their dataset from the Hugging Face Hub {where}: {cause}; run once "
+        "online to cache it, or use a local copy: --include FOLDER of task YAMLs with local data "
+        "(this repository's example: --tasks capitals --include tasks/)"
+    )
+
+
+def check_tasks(tasks: str | Sequence[str], include_path: str | Path | Sequence[str | Path] | None = None) -> None:
+    """Load `tasks` (and their datasets) once, so that an unknown task or one whose data cannot be had fails now,
+    as a one-line UserError, rather than at the first evaluation of a training run."""
+    names = _task_names(tasks)
+    manager = _task_manager(names, include_path)
+    try:
+        if hasattr(manager, "load"):  # lm_eval >= 0.4.10
+            manager.load(names)
+        else:  # pragma: no cover
+            from lm_eval.tasks import get_task_dict
+
+            get_task_dict(names, manager)
+    except _hub_errors() as e:
+        raise _hub_error(names, e) from None
+
+
+def _task_names(tasks: str | Sequence[str]) -> list[str]:
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
+    names = [t for t in names if t]
+    if not names:
+        raise UserError("no lm_eval tasks given")
+    return names
+
+
 def evaluate_tasks(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -258,24 +320,25 @@ def evaluate_tasks(
     """
     import lm_eval
 
-    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
-    names = [t for t in names if t]
-    if not names:
-        raise UserError("no lm_eval tasks given")
+    names = _task_names(tasks)
     lm = AngptLM(model=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=names,
-        task_manager=_task_manager(names, include_path),
-        limit=limit,
-        num_fewshot=num_fewshot,
-        bootstrap_iters=bootstrap_iters,
-        log_samples=log_samples,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=seed,
-        fewshot_random_seed=seed,
-    )
+    manager = _task_manager(names, include_path)
+    try:
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=names,
+            task_manager=manager,
+            limit=limit,
+            num_fewshot=num_fewshot,
+            bootstrap_iters=bootstrap_iters,
+            log_samples=log_samples,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+        )
+    except _hub_errors() as e:  # raised while the tasks load their datasets, before any scoring
+        raise _hub_error(names, e) from None
     return dict(results) if results is not None else {}
 
 
@@ -288,6 +351,7 @@ def task_evaluator(cfg) -> Callable[[torch.nn.Module, int], dict[str, float]]:
 
     tc = cfg.train
     tokenizer = load_tokenizer(cfg.data)
+    check_tasks(tc.eval_tasks, tc.eval_tasks_include)  # before step 1, not at the first evaluation
 
     def evaluate(model: torch.nn.Module, step: int) -> dict[str, float]:
         was_training = model.training

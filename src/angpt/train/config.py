@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,22 @@ import yaml
 from angpt.errors import ConfigError
 from angpt.models import registry
 from angpt.models.config import PRESETS, ModelConfig
+
+
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader plus YAML 1.2's floats: YAML 1.1 reads `4e-3` and `1e5` (no dot) as strings."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document or scalar, with `4e-3` a float (see :class:`YamlLoader`)."""
+    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 @dataclass
@@ -52,24 +71,80 @@ class TrainConfig:
     eval_tasks_limit: int | None = None
 
     def validate(self) -> None:
-        for name in ("max_steps", "batch_tokens", "micro_batch", "eval_batches", "log_every", "keep_last"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ConfigError(f"train.{name}={v!r} must be a positive integer")
-        for name in ("eval_every", "save_every", "eval_tasks_every"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ConfigError(f"train.{name}={v!r} must be a non-negative integer (0 disables)")
-        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len <= 0):
-            raise ConfigError(f"train.seq_len={self.seq_len!r} must be a positive integer or null")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"train.lr={self.lr!r} must be a positive number")
-        if self.dtype not in ("auto", "bf16", "fp32"):
-            raise ConfigError(f"train.dtype={self.dtype!r}; use auto, bf16 or fp32")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"train.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
-        if self.grad_clip < 0:
-            raise ConfigError(f"train.grad_clip={self.grad_clip!r} must be >= 0 (0 disables clipping)")
+        """One-line ConfigErrors naming the field and what it must be, for a wrong type as for a bad value."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            rule = _RULES.get(f.name)
+            if not _type_ok(value, _TYPES[f.name]) or (value is not None and rule and not rule[0](value)):
+                want = rule[1] if rule else _type_name(_TYPES[f.name])
+                raise ConfigError(f"train.{f.name}={value!r} must be {want}")
+
+
+_POSITIVE = (lambda v: v > 0, "a positive integer")
+_SWITCH = (lambda v: v >= 0, "a non-negative integer (0 disables)")
+_POSITIVE_OR_NULL = (lambda v: v > 0, "a positive integer or null")
+# Value rules of TrainConfig's fields (types come from the annotations): (predicate, what the field must be).
+_RULES: dict[str, tuple[Any, str]] = {
+    **dict.fromkeys(("max_steps", "batch_tokens", "micro_batch", "eval_batches", "log_every", "keep_last"), _POSITIVE),
+    **dict.fromkeys(("eval_every", "save_every", "eval_tasks_every"), _SWITCH),
+    **dict.fromkeys(("seq_len", "stop_at", "eval_tasks_limit"), _POSITIVE_OR_NULL),
+    "warmup_steps": (lambda v: v >= 0, "a non-negative integer, or null for the architecture's recipe"),
+    "lr": (lambda v: v > 0, "a positive number, or null for the architecture's recipe"),
+    "weight_decay": (lambda v: v >= 0, "a number >= 0, or null for the architecture's recipe"),
+    "min_lr_ratio": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "beta1": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.9"),
+    "beta2": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.95"),
+    "grad_clip": (lambda v: v >= 0, "a number >= 0 (0 disables clipping)"),
+    "peak_flops": (lambda v: v > 0, "a positive number (FLOP/s per device) or null"),
+    "dtype": (lambda v: v in ("auto", "bf16", "fp32"), "auto, bf16 or fp32"),
+}
+
+
+_TYPES = typing.get_type_hints(TrainConfig)
+
+
+def _kinds(tp: Any) -> set:
+    """The plain types an annotation admits: `float | None` -> {float, NoneType}."""
+    args = typing.get_args(tp)
+    return set(args) if args else {tp}
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    """Whether `value` fits annotation `tp` (an int fits a float field; a bool is no number; numbers are finite)."""
+    kinds = _kinds(tp)
+    return (
+        (value is None and type(None) in kinds)
+        or (bool in kinds and isinstance(value, bool))
+        or (int in kinds and isinstance(value, int) and not isinstance(value, bool))
+        or (float in kinds and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+        or (str in kinds and isinstance(value, (str, os.PathLike)))
+    )
+
+
+def _type_name(tp: Any) -> str:
+    kinds = _kinds(tp)
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "text"}
+    want = " or ".join(names[k] for k in (bool, int, float, str) if k in kinds and not (k is int and float in kinds))
+    return want + (" (or null)" if type(None) in kinds else "")
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """A value as its field's type where that is lossless: "4e-3" -> 0.004 for a float, "1e3" or 1000.0 -> 1000 for an
+    int (YAML 1.1, and so `yaml.safe_load`, reads `4e-3` as a string). Anything else is left for `validate`."""
+    kinds = _kinds(tp)
+    if str in kinds or isinstance(value, bool) or not ({int, float} & kinds):
+        return value
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip().replace("_", ""))
+        except ValueError:
+            return value
+    if not isinstance(number, (int, float)) or not math.isfinite(number):
+        return value
+    if float in kinds:
+        return float(number)
+    return int(number) if float(number).is_integer() else value
 
 
 @dataclass
@@ -94,6 +169,11 @@ class RunConfig:
         unknown = sorted(set(self.model) - known)
         if unknown:
             raise ConfigError(f"unknown model key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+        if self.out is not None:
+            existing = next((p for p in (Path(self.out), *Path(self.out).parents) if p.exists()), None)
+            if existing is not None and not existing.is_dir():
+                where = "" if existing == Path(self.out) else f" (in --out {self.out})"
+                raise ConfigError(f"{existing}{where} is a file; --out must be a directory (new or a run's)")
         self.train.validate()
 
     @property
@@ -106,6 +186,15 @@ class RunConfig:
 
 _TOP = {f.name for f in dataclasses.fields(RunConfig)} - {"train", "model"}
 _TRAIN = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_TOP_TYPES = typing.get_type_hints(RunConfig)
+_MODEL_TYPES = typing.get_type_hints(ModelConfig)
+
+
+def _field_type(dotted: str) -> Any:
+    """The annotation of a config key (`train.lr`, `model.d_model`, `out`), or None for an unknown key."""
+    section, _, name = dotted.rpartition(".")
+    table = {"train": _TYPES, "model": _MODEL_TYPES, "": _TOP_TYPES}.get(section, {})
+    return None if name in ("train", "model") and not section else table.get(name)
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -139,8 +228,21 @@ def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
                 raise ConfigError(f"override {a} needs a value")
             key, value = a[2:], args[i + 1]
             i += 2
-        out.append((key.replace("-", "_") if key.startswith("train.") else key, yaml.safe_load(value)))
+        key = key.replace("-", "_") if key.startswith("train.") else key
+        out.append((key, parse_value(key, value)))
     return out
+
+
+def parse_value(key: str, text: str) -> Any:
+    """A command-line value: a YAML scalar (`4e-3` a float), except that a text field keeps the text as typed."""
+    try:
+        value = load_yaml(text)
+    except yaml.YAMLError:
+        return text
+    tp = _field_type(key)
+    if tp is not None and str in _kinds(tp) and value is not None and not isinstance(value, str):
+        return text  # --train.wandb_project 2024, --out 1e3: names, not numbers
+    return value
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[tuple[str, Any]] | dict | None = None) -> RunConfig:
@@ -151,7 +253,7 @@ def load_run_config(path: str | Path | None = None, overrides: list[tuple[str, A
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            tree = yaml.safe_load(p.read_text()) or {}
+            tree = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from e
         if not isinstance(tree, dict):
@@ -168,6 +270,11 @@ def load_run_config(path: str | Path | None = None, overrides: list[tuple[str, A
     items = overrides.items() if isinstance(overrides, dict) else (overrides or [])
     for k, v in items:
         _set(tree, k, v)
+    for section, types in (("train", _TYPES), ("model", _MODEL_TYPES)):
+        values = tree.get(section, {})
+        for k, v in values.items():
+            if k in types:
+                values[k] = _coerce(v, types[k])
     train = TrainConfig(**tree.pop("train", {}))
     cfg = RunConfig(**tree, train=train)
     cfg.validate()

@@ -27,12 +27,31 @@ class DistInfo:
         return self.world_size > 1
 
 
-def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
-    if requested != "auto":
-        return torch.device(requested)
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+def pick_device(requested: str | None = "auto", local_rank: int = 0) -> torch.device:
+    """The device of `requested` ("auto", "cpu", "cuda", "cuda:N", ...) for this process; "auto" and a bare "cuda"
+    mean this rank's GPU (cuda:LOCAL_RANK). A device this machine lacks is a one-line ConfigError."""
+    from angpt.errors import ConfigError
+
+    requested = "auto" if requested in (None, "") else str(requested)
+    if requested == "auto":
+        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(requested)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError(f"device {requested!r}: CUDA is not available ({why}); use --device auto or cpu")
+        count = torch.cuda.device_count()
+        index = local_rank if dev.index is None else dev.index
+        if index >= count:
+            what = f"{requested!r}" if dev.index is not None else f"'cuda' for LOCAL_RANK {local_rank}"
+            raise ConfigError(f"device {what}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+        return torch.device("cuda", index)
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ConfigError(f"device {requested!r}: MPS is not available here; use --device auto or cpu")
+    return dev
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

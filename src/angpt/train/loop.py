@@ -61,6 +61,7 @@ class TrainResult:
     tokens: int
     step_time_median: float | None
     signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
+    dtype: str | None = None  # the compute dtype actually used ("bf16" or "fp32", never "auto")
 
 
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
@@ -142,9 +143,15 @@ class Trainer:
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
+            found = ckpt.list_checkpoints(self.out)
+            if found:  # not resuming because --resume was not given, not because there is nothing to resume
+                raise UserError(
+                    f"{self.out} already holds a run (latest checkpoint {found[-1].name}); "
+                    "pass --resume auto to continue it, or choose a new --out"
+                )
             raise UserError(
-                f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to resume; "
-                "pass --resume auto to continue it, or choose a new --out"
+                f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to continue from; "
+                "choose a new --out, or delete that folder to start over"
             )
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -427,6 +434,7 @@ class Trainer:
             tokens=self.tokens,
             step_time_median=times[len(times) // 2] if times else None,
             signal=signals.received,
+            dtype=self.dtype,
         )
 
 
