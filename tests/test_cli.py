@@ -134,3 +134,44 @@ def test_in_loop_task_evaluation(data_dir, tmp_path):
     assert train("gpt+", data_dir, out, *extra) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "task/capitals_true/acc" in r] == [1, 2]
+
+
+def test_generate_compile_flag_compiles_the_decoding_step(run_dir, capsys, monkeypatch):
+    import importlib
+
+    gen = importlib.import_module("angpt.infer.generate")  # the module (angpt.infer.generate is also a function)
+
+    compiled = []
+    monkeypatch.setattr(gen.torch, "compile", lambda fn, **kw: compiled.append(kw) or fn)
+    args = ["generate", str(run_dir), "--prompt", "the quick", "--max-new-tokens", "8", "--temperature", "0"]
+    assert main(args) == 0
+    eager = capsys.readouterr().out
+    assert main(args + ["--compile"]) == 0
+    assert capsys.readouterr().out == eager and compiled == [{"backend": "inductor"}]
+
+
+def test_prepare_doc_separator_flag(tmp_path, capsys):
+    big = tmp_path / "book.txt"
+    big.write_text("".join(f"chapter {i} " * 50 + "\n@@@\n" for i in range(40)))
+    assert (
+        main(
+            [
+                "prepare",
+                "--source",
+                str(big),
+                "--tokenizer",
+                "bytes",
+                "--out",
+                str(tmp_path / "d"),
+                "--doc-separator",
+                "@@@",
+                "--val-fraction",
+                "0.1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    assert meta["options"]["doc_separator"] == "@@@"
+    assert all(meta["splits"][s]["tokens"] > 0 for s in ("train", "val"))

@@ -157,3 +157,26 @@ def test_an_empty_validation_split_fails_before_step_one(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "validation" in err[0], err
     assert not (out / "checkpoints").exists()
+
+
+def test_init_from_onto_another_tokenizer_refuses_unless_forced(tmp_path, capsys):
+    from angpt.data import prepare_dataset
+
+    datasets = []
+    for name, words in (("a", "alpha beta gamma delta epsilon"), ("b", "one two three four five six")):
+        docs = tmp_path / f"docs_{name}"
+        docs.mkdir()
+        for i in range(30):
+            (docs / f"d{i}.txt").write_text(" ".join(words.split()[(i + j) % 5] for j in range(300)))
+        datasets.append(tmp_path / f"data_{name}")
+        prepare_dataset(docs, "bpe:300", datasets[-1], val_fraction=0.1, progress=False)
+    common = ["--arch", "angpt", *TINY, "--train.max_steps", "2"]
+    assert run_cli(*common, "--data", datasets[0], "--out", tmp_path / "a") == 0
+    init = sorted((tmp_path / "a" / "checkpoints").glob("step_*"))[-1]
+    capsys.readouterr()
+    rc = run_cli(*common, "--data", datasets[1], "--out", tmp_path / "b", "--init_from", init)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "tokenizer" in err[0], err
+    forced = ["--train.init_any_tokenizer", "true"]
+    assert run_cli(*common, "--data", datasets[1], "--out", tmp_path / "b", "--init_from", init, *forced) == 0
+    assert run_cli(*common, "--data", datasets[0], "--out", tmp_path / "c", "--init_from", init) == 0  # same: fine

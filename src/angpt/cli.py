@@ -65,6 +65,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         max_tokens=args.max_tokens,
         text_field=args.text_field,
+        doc_separator=args.doc_separator,
         workers=args.workers,
         progress=not args.quiet,
     )
@@ -169,6 +170,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stop=args.stop,
         seed=args.seed,
         use_cache=not args.no_cache,
+        compile=args.compile,
     ):
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -277,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--val-fraction", type=float, default=0.005)
     s.add_argument("--text-field", default="text")
+    s.add_argument(
+        "--doc-separator",
+        default=None,
+        metavar="REGEX",
+        help="how .txt files are cut into documents (default: a single .txt file at blank lines, a folder's files "
+        "whole; '' keeps files whole)",
+    )
     s.add_argument("--workers", type=int, default=None)
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_prepare)
@@ -315,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--no-cache", action="store_true", help="recompute the prefix every step (reference path)")
+    s.add_argument("--compile", action="store_true", help="torch.compile the cached decoding step (long outputs)")
     s.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
     s.add_argument("--device", default=None)
     s.set_defaults(func=cmd_generate)

@@ -399,6 +399,7 @@ def sample_stream(
     stop: Sequence[str] | None = None,
     seed: int | None = None,
     use_cache: bool = True,
+    compile: bool | str = False,
 ) -> Iterator[str]:
     """Yield the continuation of `prompt` as text pieces while it is generated (for printing as it goes).
 
@@ -421,6 +422,7 @@ def sample_stream(
         eos_id=tokenizer.eos_id,
         seed=seed,
         use_cache=use_cache,
+        compile=compile,
     )
     try:
         for tok, _ in tokens:

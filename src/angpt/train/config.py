@@ -50,6 +50,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     dtype: str = "auto"  # auto: bf16 autocast where the device supports it, else fp32; params stay fp32
     compile: bool = False
+    init_any_tokenizer: bool = False  # let --init_from start from weights trained with another tokenizer
     activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
     device: str = "auto"
     seed: int = 0

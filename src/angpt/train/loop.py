@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from angpt.data.format import file_sha256
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
 from angpt.models import ModelConfig, make_config, model_from_config, unwrap
@@ -227,9 +228,26 @@ class Trainer:
                 for note in notes:
                     print(f"  {note}", file=sys.stderr)
         elif self.cfg.init_from is not None:
+            self._check_init_tokenizer()
             model_sd = ckpt.load_model_state(self.cfg.init_from)
             ckpt.check_fits(self.base, model_sd, str(self.cfg.init_from))
             load_full_state(self.model, None, model_sd, None)
+
+    def _check_init_tokenizer(self) -> None:
+        """--init_from's weights were trained with some tokenizer: refuse other data unless told to."""
+        folder = Path(self.cfg.init_from)
+        recorded = None
+        spec = folder / "angpt_tokenizer.json"
+        if spec.is_file():
+            recorded = json.loads(spec.read_text(encoding="utf-8")).get("hash")
+        elif (folder / "tokenizer.json").is_file():
+            recorded = file_sha256(folder / "tokenizer.json")
+        if recorded is None or recorded == self.data_identity["tokenizer_hash"] or self.tc.init_any_tokenizer:
+            return
+        raise UserError(
+            f"--init_from {folder} was trained with another tokenizer than {self.cfg.data}'s: its token ids would "
+            "mean other text; prepare the data with that tokenizer, or pass --train.init_any_tokenizer true"
+        )
 
     def _reschedule(self) -> None:
         """After loading a scheduler's state: this run's schedule (its max_steps), and the LR it gives now.
