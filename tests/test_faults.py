@@ -20,6 +20,21 @@ from angpt.train.loop import TrainingError, train
 from .test_train import ROOT, TINY, metrics, run_cli
 
 
+def two_tokenizers(tmp_path):
+    """Two datasets of other text, each with its own 300-token BPE: same vocabulary size, other tokenizers."""
+    from angpt.data import prepare_dataset
+
+    datasets = []
+    for name, words in (("a", "alpha beta gamma delta epsilon"), ("b", "one two three four five six")):
+        docs = tmp_path / f"docs_{name}"
+        docs.mkdir()
+        for i in range(30):
+            (docs / f"d{i}.txt").write_text(" ".join(words.split()[(i + j) % 5] for j in range(300)))
+        datasets.append(tmp_path / f"data_{name}")
+        prepare_dataset(docs, "bpe:300", datasets[-1], val_fraction=0.1, progress=False)
+    return datasets
+
+
 # ----------------------------------------------------------------------------------------- run folder lock
 def test_a_run_folder_is_claimed_by_one_process(data_dir, tmp_path, capsys):
     out = tmp_path / "run"
@@ -124,16 +139,7 @@ def test_non_finite_gradient_stops_before_the_update(data_dir, tmp_path, monkeyp
 
 def test_resume_refuses_data_with_another_tokenizer(tmp_path, capsys):
     """Same vocabulary size, another tokenizer: the token ids would mean other text, so resume refuses."""
-    from angpt.data import prepare_dataset
-
-    datasets = []
-    for name, words in (("a", "alpha beta gamma delta epsilon"), ("b", "one two three four five six")):
-        docs = tmp_path / f"docs_{name}"
-        docs.mkdir()
-        for i in range(30):
-            (docs / f"d{i}.txt").write_text(" ".join(words.split()[(i + j) % 5] for j in range(300)))
-        datasets.append(tmp_path / f"data_{name}")
-        prepare_dataset(docs, "bpe:300", datasets[-1], val_fraction=0.1, progress=False)
+    datasets = two_tokenizers(tmp_path)
     out = tmp_path / "run"
     common = ["--arch", "angpt", *TINY, "--out", out, "--train.max_steps", "4", "--train.save_every", "0"]
     assert run_cli(*common, "--data", datasets[0], "--train.stop_at", "2") == 0
@@ -160,16 +166,7 @@ def test_an_empty_validation_split_fails_before_step_one(tmp_path, capsys):
 
 
 def test_init_from_onto_another_tokenizer_refuses_unless_forced(tmp_path, capsys):
-    from angpt.data import prepare_dataset
-
-    datasets = []
-    for name, words in (("a", "alpha beta gamma delta epsilon"), ("b", "one two three four five six")):
-        docs = tmp_path / f"docs_{name}"
-        docs.mkdir()
-        for i in range(30):
-            (docs / f"d{i}.txt").write_text(" ".join(words.split()[(i + j) % 5] for j in range(300)))
-        datasets.append(tmp_path / f"data_{name}")
-        prepare_dataset(docs, "bpe:300", datasets[-1], val_fraction=0.1, progress=False)
+    datasets = two_tokenizers(tmp_path)
     common = ["--arch", "angpt", *TINY, "--train.max_steps", "2"]
     assert run_cli(*common, "--data", datasets[0], "--out", tmp_path / "a") == 0
     init = sorted((tmp_path / "a" / "checkpoints").glob("step_*"))[-1]

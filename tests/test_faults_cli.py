@@ -102,35 +102,19 @@ def test_readme_has_the_commands_it_documents():
 @pytest.mark.parametrize("line,argv", README_COMMANDS, ids=[line for line, _ in README_COMMANDS])
 def test_readme_command_lines_parse_as_written(line, argv, data_dir, monkeypatch):
     """Parsed and resolved (config, overrides, plan), not run: a rejected override fails here."""
-    from angpt.compare import make_plan
-    from angpt.compare.cli import _csv, _floats, _lr_table, _lr_values
-    from angpt.compare.plan import split_arms
+    from angpt.cli import run_config_from_args
+    from angpt.compare.cli import plan_from_args
 
     monkeypatch.chdir(ROOT)
     for variant in _expand(argv):
-        args, extra = build_parser().parse_known_args(variant)
+        args, args.extra = build_parser().parse_known_args(variant)  # as `main` does: overrides are the extras
         if args.command == "train":
-            overrides = [(k, getattr(args, k)) for k in ("arch", "preset", "data", "out", "dist", "resume")]
-            cfg = load_run_config(args.config, [(k, v) for k, v in overrides if v is not None] + parse_overrides(extra))
+            cfg = run_config_from_args(args)
             if "--train.lr" in variant:
                 assert cfg.train.lr == float(variant[variant.index("--train.lr") + 1])
         else:
-            assert not extra, extra
-            make_plan(
-                data_dir,  # the README's data folder does not exist here; the plan checks every arm's config
-                arms=split_arms(args.arms),
-                baseline=args.baseline,
-                budgets=_csv(args.budgets),
-                seeds=[int(s) for s in _csv(args.seeds)],
-                preset=args.preset,
-                batch_tokens=args.batch_tokens,
-                seq_len=args.seq_len,
-                micro_batch=args.micro_batch,
-                lr_grid=_floats(args.lr_grid, "--lr-grid"),
-                lr=_lr_table(args.lr),
-                lr_values=_lr_values(args.lr_values),
-                settings=list(args.set or []),
-            )
+            assert not args.extra, args.extra
+            plan_from_args(args, data=data_dir)  # the README's data folder does not exist here
 
 
 # ------------------------------------------------------------------------- 2. bad values: one line, nothing written

@@ -76,9 +76,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- train
-def cmd_train(args: argparse.Namespace) -> int:
+def run_config_from_args(args: argparse.Namespace):
+    """The run config `angpt train`'s flags describe: the recipe, then the named flags, then --section.key values."""
     from angpt.train.config import load_run_config, parse_overrides
-    from angpt.train.loop import train
 
     overrides = []
     for key in ("arch", "preset", "data", "out", "dist", "resume"):
@@ -88,7 +88,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.device is not None:
         overrides.append(("train.device", args.device))
     overrides += parse_overrides(args.extra)
-    cfg = load_run_config(args.config, overrides)
+    return load_run_config(args.config, overrides)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from angpt.train.loop import train
+
+    cfg = run_config_from_args(args)
     if args.dry_run:
         from angpt.train.dryrun import format_report, plan_run
 

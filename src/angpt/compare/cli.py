@@ -72,9 +72,9 @@ def _int(text: str | None, what: str) -> int | None:
         raise UserError(f"{what} {text!r} must be an integer") from None
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
-    from angpt.compare import make_plan, run_comparison
+def plan_from_args(args: argparse.Namespace, data=None):
+    """The comparison plan the flags describe (`data` overrides --data); every problem is a one-line error."""
+    from angpt.compare import make_plan
     from angpt.compare.plan import split_arms
 
     if args.budgets is None or not _csv(args.budgets):
@@ -84,8 +84,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from angpt.train.dist import pick_device
 
         pick_device(args.device)  # a device this machine lacks fails here, not in every run
-    plan = make_plan(
-        args.data,
+    return make_plan(
+        data if data is not None else args.data,
         arms=split_arms(args.arms),
         baseline=args.baseline,
         budgets=_csv(args.budgets),
@@ -105,6 +105,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         device=args.device,
         extrapolate=args.extrapolate,
     )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
+    from angpt.compare import run_comparison
+
+    plan = plan_from_args(args)
     command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
     report = run_comparison(
         plan,
