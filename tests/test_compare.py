@@ -449,3 +449,14 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
     with pytest.raises(UserError, match="not an angpt compare report"):
         run_comparison(plan, stranger, threads=1, progress=False)
     assert os.listdir(stranger) == ["notes.txt"]
+
+
+def test_report_records_the_dtype_used_not_auto(monkeypatch):
+    from angpt.compare.machine import machine_info
+    from angpt.train import step
+
+    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: True)
+    assert machine_info("auto", "cpu")["dtype"] == "bf16"
+    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: False)
+    assert machine_info("auto", "cpu")["dtype"] == "fp32"
+    assert machine_info("bf16", "cpu")["dtype"] == "bf16"

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 
-def machine_info() -> dict[str, Any]:
-    """Versions, host, CPU and GPU: what a reader needs to judge step times."""
+def machine_info(dtype: str = "auto", device: str = "auto") -> dict[str, Any]:
+    """Versions, host, CPU and GPU, and the compute dtype `dtype` resolves to here: what judges step times."""
     import torch
 
     import angpt
+    from angpt.train.dist import pick_device
+    from angpt.train.step import resolve_dtype
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -29,6 +31,7 @@ def machine_info() -> dict[str, Any]:
     from angpt.train.provenance import git_revision
 
     return {
+        "dtype": resolve_dtype(dtype, pick_device(device)),  # what the runs used: "auto" resolved on this machine
         "angpt_version": angpt.__version__,
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),

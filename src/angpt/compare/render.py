@@ -61,7 +61,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         f"{format_tokens(ds.get('train_tokens') or 0)} train / {format_tokens(ds.get('val_tokens') or 0)} val tokens; "
         f"fingerprint {plan.data_fingerprint.get('digest')})",
         f"- model preset {plan.preset}; batch {plan.batch_tokens} tokens = {plan.batch_tokens // plan.seq_len} x "
-        f"{plan.seq_len}-token sequences (micro-batch {plan.micro_batch}); dtype {plan.dtype} (parameters fp32); "
+        f"{plan.seq_len}-token sequences (micro-batch {plan.micro_batch}); "
+        f"dtype {mach.get('dtype', plan.dtype)} (parameters fp32); "
         f"validation: {plan.eval_batches} batches of {plan.micro_batch} sequences",
         f"- budgets: {', '.join(format_tokens(b) for b in plan.budgets)} tokens (each a full run with its own cosine "
         f"schedule); seeds {', '.join(map(str, plan.seeds))} (same init seed and data order for every arm)",

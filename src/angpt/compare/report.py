@@ -36,7 +36,7 @@ def write_report(
         meta = None
     report: dict[str, Any] = {
         "command": command,
-        "machine": machine_info(),
+        "machine": machine_info(plan.dtype, plan.device),
         "jobs": jobs,
         "threads": threads,
         "plan": plan.to_dict(),
