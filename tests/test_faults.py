@@ -177,3 +177,34 @@ def test_init_from_onto_another_tokenizer_refuses_unless_forced(tmp_path, capsys
     forced = ["--train.init_any_tokenizer", "true"]
     assert run_cli(*common, "--data", datasets[1], "--out", tmp_path / "b", "--init_from", init, *forced) == 0
     assert run_cli(*common, "--data", datasets[0], "--out", tmp_path / "c", "--init_from", init) == 0  # same: fine
+
+
+def test_a_loss_spike_stops_before_the_update_and_keeps_the_pre_spike_checkpoint(data_dir, tmp_path, monkeypatch):
+    from angpt.train import step as step_module
+
+    calls = {"n": 0}
+    original = step_module.TrainStep.accumulate
+
+    def accumulate(self, next_batch):
+        calls["n"] += 1
+        loss = original(self, next_batch)
+        return loss * 50 if calls["n"] == 14 else loss
+
+    monkeypatch.setattr(step_module.TrainStep, "accumulate", accumulate)
+    out = tmp_path / "run"
+    args = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "20"]
+    cfg = load_run_config(
+        None, parse_overrides([*map(str, args), "--train.save_every", "4", "--train.spike_factor", "3"])
+    )
+    with pytest.raises(TrainingError, match=r"loss spiked .* at step 14.*step_000012"):
+        train(cfg)
+    assert sorted(p.name for p in (out / "checkpoints").glob("step_*"))[-1] == "step_000012"
+
+
+def test_spike_detector():
+    from angpt.train.loop import SpikeDetector
+
+    d = SpikeDetector(3.0, warmup=3)
+    assert not any(d.check(x) for x in (10.0, 6.0, 5.0, 4.0, 4.5))  # a falling loss is no spike
+    assert d.check(40.0) and d.ratio > 3
+    assert not SpikeDetector(0.0).check(1e9)  # off

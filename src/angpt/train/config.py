@@ -51,6 +51,7 @@ class TrainConfig:
     dtype: str = "auto"  # auto: bf16 autocast where the device supports it, else fp32; params stay fp32
     compile: bool = False
     init_any_tokenizer: bool = False  # let --init_from start from weights trained with another tokenizer
+    spike_factor: float = 0.0  # stop when a step's loss exceeds this multiple of the running mean (0 disables)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
     device: str = "auto"
     seed: int = 0
@@ -96,6 +97,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "beta1": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.9"),
     "beta2": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.95"),
     "grad_clip": (lambda v: v >= 0, "a number >= 0 (0 disables clipping)"),
+    "spike_factor": (lambda v: v == 0 or v > 1, "0 (off) or a number > 1, e.g. 3"),
     "peak_flops": (lambda v: v > 0, "a positive number (FLOP/s per device) or null"),
     "dtype": (lambda v: v in ("auto", "bf16", "fp32"), "auto, bf16 or fp32"),
 }

@@ -365,6 +365,7 @@ class Trainer:
         status, loss_value, val_loss, val_bpb = "finished", None, None, None
         step_times: list[float] = []
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
+        spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
         with StopSignals() as signals:
             while self.step < tc.max_steps:
@@ -373,6 +374,12 @@ class Trainer:
                 if not math.isfinite(loss_value):
                     where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
                     raise TrainingError(f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
+                if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
+                    raise TrainingError(
+                        f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
+                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update (the last good "
+                        f"checkpoint is {last_ckpt}); lower the learning rate or add warm-up, and train again from it"
+                    )
                 grad_norm = self.step_fn.clip()
                 if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
                     where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
@@ -454,6 +461,27 @@ class Trainer:
             signal=signals.received,
             dtype=self.dtype,
         )
+
+
+class SpikeDetector:
+    """Flags a loss above `factor` x the running mean of the losses before it (an EMA, after `warmup` steps)."""
+
+    def __init__(self, factor: float, warmup: int = 10, decay: float = 0.9) -> None:
+        self.factor, self.warmup, self.decay = factor, warmup, decay
+        self.mean: float | None = None
+        self.seen = 0
+        self.ratio = 1.0
+
+    def check(self, loss: float) -> bool:
+        if self.factor <= 0:
+            return False
+        if self.mean is not None and self.seen >= self.warmup:
+            self.ratio = loss / self.mean
+            if self.ratio > self.factor:
+                return True
+        self.mean = loss if self.mean is None else self.decay * self.mean + (1 - self.decay) * loss
+        self.seen += 1
+        return False
 
 
 def _bytes_per_token(meta: dict) -> float | None:
