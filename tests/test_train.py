@@ -248,8 +248,8 @@ def test_two_ranks_match_one_process_and_resume(mode, data_dir, tmp_path):
     common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.micro_batch", "2", "--dist", mode]
     one = torchrun(1, *common, "--train.max_steps", "4", "--out", tmp_path / "one")
     assert one.returncode == 0, one.stderr[-2000:]
-    # FSDP2 runs with activation checkpointing too: recomputing blocks in backward must not change the numbers.
-    common += ["--train.activation_checkpointing", "true"] if mode == "fsdp" else []
+    # FSDP2 runs with activation checkpointing and torch.compile too: neither may change the numbers.
+    common += ["--train.activation_checkpointing", "true", "--train.compile", "true"] if mode == "fsdp" else []
     two = torchrun(2, *common, "--train.max_steps", "4", "--train.stop_at", "2", "--out", tmp_path / "two")
     assert two.returncode == 0, two.stderr[-2000:]
     two = torchrun(2, *common, "--train.max_steps", "4", "--resume", "auto", "--out", tmp_path / "two")
