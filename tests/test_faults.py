@@ -208,3 +208,15 @@ def test_spike_detector():
     assert not any(d.check(x) for x in (10.0, 6.0, 5.0, 4.0, 4.5))  # a falling loss is no spike
     assert d.check(40.0) and d.ratio > 3
     assert not SpikeDetector(0.0).check(1e9)  # off
+
+
+def test_resuming_an_older_checkpoint_moves_later_ones_aside(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "6"]
+    assert run_cli(*common, "--train.save_every", "2", "--train.keep_last", "5") == 0
+    older = out / "checkpoints" / "step_000002"
+    assert run_cli(*common, "--train.save_every", "2", "--train.keep_last", "5", "--resume", older) == 0
+    assert "later checkpoint(s) aside" in capsys.readouterr().err
+    aside = list((out / "checkpoints").glob("superseded_*/step_*"))
+    assert sorted(p.name for p in aside) == ["step_000004", "step_000006"]  # kept, not deleted
+    assert [r["step"] for r in metrics(out)] == list(range(1, 7))  # one branch in the metrics

@@ -140,7 +140,9 @@ def test_fsdp_mixed_precision_policy_under_bf16(monkeypatch):
     policies = []
     monkeypatch.setattr(fsdp, "fully_shard", lambda module, mp_policy=None: policies.append(mp_policy))
     parallelize(angpt.build_model("angpt", "tiny"), DistInfo(0, 2, 0, torch.device("cpu")), "fsdp", dtype="bf16")
-    assert policies and all(p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32 for p in policies)
+    *blocks, root = policies
+    assert blocks and all(p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32 for p in blocks)
+    assert root.param_dtype is None and root.reduce_dtype == torch.float32  # embedding/head fp32: fp32 residual
 
 
 @pytest.mark.parametrize("arch", angpt.ARCHS)

@@ -27,8 +27,12 @@ class DirLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         me = f"{os.getpid()} {socket.gethostname()}"
         for _ in range(2):
+            # The owner is written before the lock appears (hard link: atomic and exclusive), so a reader never
+            # sees an empty lock and takes it for a stale one.
+            tmp = self.path.with_name(f".lock.{os.getpid()}")
+            tmp.write_text(me)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.link(tmp, self.path)
             except FileExistsError:
                 pid, host = _owner(self.path)
                 if pid and (host != socket.gethostname() or (pid != os.getpid() and alive(pid))):
@@ -44,8 +48,8 @@ class DirLock:
                     )
                 self.path.unlink(missing_ok=True)
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
+            finally:
+                tmp.unlink(missing_ok=True)
             self.held = True
             return self
         raise UserError(f"cannot take the lock {self.path}; remove it if no {self.what} is running there")

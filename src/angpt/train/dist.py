@@ -91,7 +91,9 @@ def parallelize(
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None, reduce_dtype=torch.float32)
         for block in model.blocks:
             fully_shard(block, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+        # The root (embedding, head, s_z) stays fp32, so the residual stream is fp32 as in DDP; autocast runs the
+        # head's matmul in bf16.
+        fully_shard(model, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
         return model
     raise ValueError(f"unknown dist mode {mode!r}")
 

@@ -104,7 +104,8 @@ def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> TrainRes
     """
     if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"--out {cfg.out} is a file; pass a folder")
-    if cfg.out is None or int(os.environ.get("RANK", "0")) != 0:  # rank 0 claims the folder for all ranks
+    other_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+    if cfg.out is None or other_rank:  # rank 0 claims the folder for all ranks
         return Trainer(cfg, evaluators).run()
     with DirLock(cfg.out, "angpt train"):
         return Trainer(cfg, evaluators).run()
@@ -137,6 +138,9 @@ class Trainer:
         if self.T > self.mcfg.context_length:
             raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
         accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
+        if info.is_main and self.out.is_dir():  # a killed save may have left step_N aside: restore it first
+            for p in ckpt.clean_stale_tmp(self.out):
+                print(f"removed {p}, left by an interrupted save", file=sys.stderr)
         self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
         # Rotation deletes only this run's checkpoints: a resumed run keeps its id.
         saved_id = ckpt.read_state(self.resume_from, require=()).get("run_id") if self.resume_from else None
@@ -263,12 +267,23 @@ class Trainer:
         sched._last_lr = [g["lr"] for g in self.opt.param_groups]
 
     def _forget_unsaved_steps(self) -> None:
-        """Metrics rows of steps after the checkpoint being resumed: those steps are about to be run again."""
+        """Steps after the checkpoint being resumed are about to be run again: their metrics rows go, and later
+        checkpoints (resuming an older one on purpose) move aside to checkpoints/superseded_*, kept but no longer
+        what `--resume auto` or rotation sees."""
+        if not self.info.is_main:
+            return
+        later = [c for c in ckpt.list_checkpoints(self.out) if int(c.name.split("_")[1]) > self.step]
+        if self.resume_from is not None and later:
+            aside = ckpt.checkpoint_dir(self.out) / f"superseded_{time.strftime('%Y%m%d-%H%M%S')}"
+            aside.mkdir()
+            for c in later:
+                os.replace(c, aside / c.name)
+            print(f"moved {len(later)} later checkpoint(s) aside to {aside}", file=sys.stderr)
         path = self.out / "metrics.jsonl"
-        if not self.info.is_main or not path.is_file():
+        if not path.is_file():
             return
         lines = path.read_text().splitlines()
-        keep = [line for line in lines if json.loads(line).get("step", 0) <= self.step]
+        keep = [line for line in lines if _row_step(line) <= self.step]  # a torn last line is dropped too
         if len(keep) != len(lines):
             tmp = path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in keep))
@@ -292,8 +307,8 @@ class Trainer:
                 world_size=info.world_size,
             ):
                 _, loss = self.model(x.to(info.device), y.to(info.device))
-                total += loss.float()
-                n += 1
+                total += loss.float() * x.shape[0]  # a smaller last batch weighs by its size
+                n += x.shape[0]
         self.model.train()
         val = all_reduce_mean(total / max(n, 1), self.info).item()
         bpt = self.meta.get("bytes_per_token") or _bytes_per_token(self.meta)
@@ -348,9 +363,6 @@ class Trainer:
     def run(self) -> TrainResult:
         cfg, tc, info = self.cfg, self.tc, self.info
         self._forget_unsaved_steps()
-        if info.is_main:
-            for p in ckpt.clean_stale_tmp(self.out):
-                print(f"removed {p}, left by an interrupted save", file=sys.stderr)
         self._write_run_files()
         logger = MetricsLogger(
             self.out,
@@ -375,10 +387,11 @@ class Trainer:
                     where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
                     raise TrainingError(f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
                 if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
+                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
                     raise TrainingError(
                         f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
-                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update (the last good "
-                        f"checkpoint is {last_ckpt}); lower the learning rate or add warm-up, and train again from it"
+                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); lower "
+                        "the learning rate or add warm-up, and train again from it"
                     )
                 grad_norm = self.step_fn.clip()
                 if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
@@ -424,12 +437,19 @@ class Trainer:
                 if pbar is not None:
                     pbar.update(1)
                     pbar.set_postfix_str(_postfix(row, mfu))
-                stop = signals.received is not None or (tc.stop_at is not None and self.step >= tc.stop_at and not last)
+                # Every rank must stop at the same step (a signal reaches the ranks at different moments).
+                stop = any_rank(signals.received is not None, info) or (
+                    tc.stop_at is not None and self.step >= tc.stop_at and not last
+                )
                 if stop or last or (tc.save_every and self.step % tc.save_every == 0):
+                    failure, saved = None, None
                     try:
                         saved = self.save({k: v for k, v in row.items() if not k.startswith("health/")})
-                    except CheckpointError as e:  # non-finite weights after a finite loss: keep the good one
-                        raise TrainingError(f"{e}; stopping (the last good checkpoint is {last_ckpt})") from e
+                    except CheckpointError as e:  # non-finite weights after a finite loss, a full disk: keep the last
+                        failure = e
+                    if any_rank(failure is not None, info):  # rank 0 writes; every rank must stop with it
+                        reason = failure or "the checkpoint could not be saved on rank 0"
+                        raise TrainingError(f"{reason}; stopping (the last good checkpoint is {last_ckpt})")
                     last_ckpt = saved or last_ckpt
                 if stop:
                     status = "interrupted"
@@ -461,6 +481,22 @@ class Trainer:
             signal=signals.received,
             dtype=self.dtype,
         )
+
+
+def _row_step(line: str) -> float:
+    try:
+        return json.loads(line).get("step", 0)
+    except (ValueError, AttributeError):
+        return float("inf")
+
+
+def any_rank(flag: bool, info) -> bool:
+    """True on every rank when `flag` is true on any (one all-reduce; no collective in a single process)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor(float(flag), device=info.device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return bool(t.item())
 
 
 class SpikeDetector:
