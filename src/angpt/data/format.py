@@ -317,11 +317,22 @@ def check_compatible(meta: dict, vocab_size: int) -> None:
 
 def _tokenizer_hash(data_dir: Path, meta: dict) -> str:
     """The tokenizer hash recorded in meta.json or angpt_tokenizer.json, else the sha256 of tokenizer.json."""
+    found = tokenizer_hash(data_dir, meta)
+    if found is None:
+        raise DataError(f"{data_dir} records no tokenizer hash and has no tokenizer.json; prepare it again")
+    return found
+
+
+def tokenizer_hash(folder: str | os.PathLike, meta: dict | None = None) -> str | None:
+    """The hash of the tokenizer a folder carries (a dataset, or a checkpoint with its tokenizer copied in):
+    recorded in `meta` or angpt_tokenizer.json, else the sha256 of tokenizer.json; None when it has none."""
+    folder = Path(folder)
+    meta = meta or {}
     tok = meta.get("tokenizer")
     recorded = meta.get("tokenizer_hash") or (tok.get("hash") if isinstance(tok, dict) else None)
     if isinstance(recorded, str) and recorded:
         return recorded
-    spec = data_dir / "angpt_tokenizer.json"
+    spec = folder / "angpt_tokenizer.json"
     if spec.is_file():
         try:
             recorded = json.loads(spec.read_text(encoding="utf-8")).get("hash")
@@ -329,10 +340,8 @@ def _tokenizer_hash(data_dir: Path, meta: dict) -> str:
             raise DataError(f"{spec} is corrupt ({e}); prepare the dataset again") from e
         if isinstance(recorded, str) and recorded:
             return recorded
-    file = data_dir / "tokenizer.json"
-    if not file.is_file():
-        raise DataError(f"{data_dir} records no tokenizer hash and has no tokenizer.json; prepare it again")
-    return file_sha256(file)
+    file = folder / "tokenizer.json"
+    return file_sha256(file) if file.is_file() else None
 
 
 def data_identity(data_dir: str | os.PathLike, *, verify: bool = False) -> dict:

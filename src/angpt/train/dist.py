@@ -124,6 +124,15 @@ def all_reduce_mean(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return x
 
 
+def any_rank(flag: bool, info: DistInfo) -> bool:
+    """True on every rank when `flag` is true on any (one all-reduce; no collective in a single process)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor(float(flag), device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The complete, unprefixed model state dict on CPU (gathers FSDP shards; call on every rank)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

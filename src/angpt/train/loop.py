@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from angpt.data.format import file_sha256
+from angpt.data.format import tokenizer_hash
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
 from angpt.models import ModelConfig, make_config, model_from_config, unwrap
@@ -30,6 +30,7 @@ from angpt.train import checkpoint as ckpt
 from angpt.train.config import RunConfig
 from angpt.train.dist import (
     all_reduce_mean,
+    any_rank,
     full_model_state,
     full_optimizer_state,
     init_distributed,
@@ -240,12 +241,7 @@ class Trainer:
     def _check_init_tokenizer(self) -> None:
         """--init_from's weights were trained with some tokenizer: refuse other data unless told to."""
         folder = Path(self.cfg.init_from)
-        recorded = None
-        spec = folder / "angpt_tokenizer.json"
-        if spec.is_file():
-            recorded = json.loads(spec.read_text(encoding="utf-8")).get("hash")
-        elif (folder / "tokenizer.json").is_file():
-            recorded = file_sha256(folder / "tokenizer.json")
+        recorded = tokenizer_hash(folder)  # the checkpoint carries a copy of its dataset's tokenizer
         if recorded is None or recorded == self.data_identity["tokenizer_hash"] or self.tc.init_any_tokenizer:
             return
         raise UserError(
@@ -488,15 +484,6 @@ def _row_step(line: str) -> float:
         return json.loads(line).get("step", 0)
     except (ValueError, AttributeError):
         return float("inf")
-
-
-def any_rank(flag: bool, info) -> bool:
-    """True on every rank when `flag` is true on any (one all-reduce; no collective in a single process)."""
-    if not info.enabled:
-        return flag
-    t = torch.tensor(float(flag), device=info.device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return bool(t.item())
 
 
 class SpikeDetector:
