@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev,scaling]"
 	touch $(STAMP)
 
 # The main job: a small GPT+ vs anGPT comparison on the embedded corpus (~10 min on 2 CPU cores). It is a smoke

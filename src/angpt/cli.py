@@ -376,8 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_bench)
 
     from angpt.compare.cli import add_compare_parser
+    from angpt.scaling.cli import add_scaling_parser
 
     add_compare_parser(sub)
+    add_scaling_parser(sub)
     return p
 
 

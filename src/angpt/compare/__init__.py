@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def run_comparison(
     dry_run: bool = False,
     progress: bool = True,
     command: str | None = None,
+    before_main: Callable[[Any, list[RunSpec]], None] | None = None,
 ) -> Report:
     """Run (or resume) a comparison and write its report into `report_dir`.
 
@@ -98,7 +100,8 @@ def run_comparison(
     then every arm x budget x seed at the arm's best LR, then report.md, report.json and the plots. Finished
     runs are skipped, interrupted ones resumed. `jobs` runs go in parallel processes, each with `threads` torch
     threads (default: cores // jobs). A `report_dir` holding another plan is refused (UserError) untouched.
-    `dry_run` prints the planned runs and a measured time estimate and writes nothing.
+    `dry_run` prints the planned runs and a measured time estimate and writes nothing. `before_main(runner,
+    specs)` is called after the sweeps with the main runs about to be run (angpt.scaling seeds WSD branches there).
     """
     from angpt.compare.estimate import describe_dry_run
     from angpt.compare.runner import cpu_cores
@@ -121,10 +124,21 @@ def run_comparison(
     with report_lock(report_dir):
         if not exists:
             write_json(report_dir / PLAN_FILE, plan.to_dict())
-        return _run_locked(plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command)
+        return _run_locked(
+            plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command, before_main=before_main
+        )
 
 
-def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: bool, command: str) -> Report:
+def _run_locked(
+    plan: Plan,
+    report_dir: Path,
+    *,
+    jobs: int,
+    threads: int,
+    progress: bool,
+    command: str,
+    before_main: Callable[[Any, list[RunSpec]], None] | None = None,
+) -> Report:
     from angpt.compare.progress import Progress, token_counts
     from angpt.compare.report import write_report
     from angpt.compare.runner import Runner
@@ -136,7 +150,10 @@ def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progre
     runner = Runner(plan, report_dir, jobs=jobs, threads=threads, progress=bar)
     try:
         sweeps = run_sweeps(plan, runner, on_extension=bar.add_total)
-        runner.run(main_specs(plan, sweeps))
+        specs = main_specs(plan, sweeps)
+        if before_main is not None:
+            before_main(runner, specs)
+        runner.run(specs)
     except KeyboardInterrupt:
         bar.close()
         print(f"comparison interrupted: re-run the same command to resume ({report_dir})", file=sys.stderr)

@@ -63,6 +63,11 @@ def _lr_values(text: str | None) -> dict[str, list[float]]:
     return out
 
 
+def parse_lr_options(lr: str | None, lr_values: str | None) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """`--lr ARM=LR,...` and `--lr-values ARM=LR:LR,...` as compare.make_plan takes them (angpt scaling too)."""
+    return _lr_table(lr), _lr_values(lr_values)
+
+
 def _int(text: str | None, what: str) -> int | None:
     if text is None:
         return None

@@ -32,7 +32,10 @@ DEFAULT_LR_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
 # Train settings an arm (or --set) may change: they shape the optimisation, not the tokens seen. Everything that
 # decides which tokens a run sees, or how it is evaluated (batch_tokens, seq_len, micro_batch, seed, max_steps,
 # eval_batches), is a plan-level option, identical for every arm.
-ARM_TRAIN_KEYS = frozenset({"weight_decay", "warmup_steps", "min_lr_ratio", "beta1", "beta2", "grad_clip"})
+ARM_TRAIN_KEYS = frozenset(
+    {"weight_decay", "warmup_steps", "min_lr_ratio", "beta1", "beta2", "grad_clip"}
+    | {"schedule", "decay_fraction", "decay_shape"}  # the LR schedule's shape (cosine by default, or wsd)
+)
 SETTINGS_TRAIN_KEYS = ARM_TRAIN_KEYS | {"compile", "deterministic"}
 _PLAN_FLAG = {
     "batch_tokens": "--batch-tokens",

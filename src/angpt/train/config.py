@@ -45,6 +45,9 @@ class TrainConfig:
     weight_decay: float | None = None  # None -> the recipe's (0.1 on GPT/GPT+ matrices); nGPT/anGPT use none
     warmup_steps: int | None = None  # None -> 5% for GPT/GPT+, 0 for nGPT/anGPT
     min_lr_ratio: float = 0.1
+    schedule: str = "cosine"  # cosine | wsd (warm-up, stable, decay: train/optim.py's Schedule)
+    decay_fraction: float = 0.2  # wsd: the last fraction of max_steps that decays
+    decay_shape: str = "1-sqrt"  # wsd: linear | 1-sqrt
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
@@ -94,6 +97,9 @@ _RULES: dict[str, tuple[Any, str]] = {
     "lr": (lambda v: v > 0, "a positive number, or null for the architecture's recipe"),
     "weight_decay": (lambda v: v >= 0, "a number >= 0, or null for the architecture's recipe"),
     "min_lr_ratio": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "schedule": (lambda v: v in ("cosine", "wsd"), "cosine or wsd"),
+    "decay_fraction": (lambda v: 0 < v <= 1, "a number in (0, 1], e.g. 0.2"),
+    "decay_shape": (lambda v: v in ("linear", "1-sqrt"), "linear or 1-sqrt"),
     "beta1": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.9"),
     "beta2": (lambda v: 0 < v < 1, "a number in (0, 1), e.g. 0.95"),
     "grad_clip": (lambda v: v >= 0, "a number >= 0 (0 disables clipping)"),

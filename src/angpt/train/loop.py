@@ -184,6 +184,9 @@ class Trainer:
             warmup_steps=tc.warmup_steps,
             min_lr_ratio=tc.min_lr_ratio,
             betas=(tc.beta1, tc.beta2),
+            schedule=tc.schedule,
+            decay_fraction=tc.decay_fraction,
+            decay_shape=tc.decay_shape,
         )
         self.loader = TokenLoader(
             cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed

@@ -4,6 +4,8 @@ See docs/architectures.md#optimizer-recipes.
 
 GPT / GPT+: AdamW, weight decay on matrices only, linear warm-up then cosine decay.
 nGPT / anGPT: Adam, no weight decay, no warm-up, cosine decay; their weight constraint runs after every step.
+Any recipe may instead use warm-up-stable-decay (``train.schedule: wsd``), for budget ladders that branch short
+decays off one long run (angpt.scaling).
 """
 
 from __future__ import annotations
@@ -18,18 +20,43 @@ from angpt.errors import ConfigError
 from angpt.models import registry
 from angpt.models.constraints import attach_constraints, unwrap
 
+SCHEDULES = ("cosine", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
+
 
 @dataclass
 class Schedule:
-    """Linear warm-up for `warmup_steps`, then cosine from the peak to `min_lr_ratio` * peak at `max_steps`."""
+    """The LR multiplier after `step` updates: linear warm-up for `warmup_steps`, then by `kind`
+
+    - ``cosine``: cosine from the peak to `min_lr_ratio` * peak at `max_steps`;
+    - ``wsd`` (warm-up, stable, decay): the peak until the last `decay_fraction` of `max_steps`, then a decay to
+      `min_lr_ratio` * peak, ``linear`` or ``1-sqrt`` (Hägele et al. 2024, arXiv 2405.18392, Sec. 3: a 1-sqrt
+      cool-down over ~20% of the run matches cosine). Up to the decay's start the LR does not depend on
+      `max_steps`, so a run of a shorter budget is a checkpoint of a longer one plus its own decay.
+    """
 
     max_steps: int
     warmup_steps: int = 0
     min_lr_ratio: float = 0.1
+    kind: str = "cosine"
+    decay_fraction: float = 0.2
+    decay_shape: str = "1-sqrt"
+
+    @property
+    def decay_start(self) -> int:
+        """The step (updates done) at which the WSD decay begins."""
+        return self.max_steps - max(1, round(self.decay_fraction * self.max_steps))
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
+        if self.kind == "wsd":
+            start = self.decay_start
+            if step < start:
+                return 1.0
+            progress = min(1.0, (step - start) / (self.max_steps - start))
+            left = 1 - progress if self.decay_shape == "linear" else 1 - math.sqrt(progress)
+            return self.min_lr_ratio + (1 - self.min_lr_ratio) * left
         span = max(1, self.max_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
@@ -47,11 +74,15 @@ def make_optimizer(
     betas: tuple[float, float] = (0.9, 0.95),
     eps: float = 1e-8,
     constraints: bool = True,
+    schedule: str = "cosine",
+    decay_fraction: float = 0.2,
+    decay_shape: str = "1-sqrt",
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The optimizer and LR scheduler of `arch`'s recipe (default: the model's own), constraints attached.
 
     `weight_decay` applies to matrices where the recipe decays at all (AdamW); None -> the recipe's value.
-    `warmup_steps` None -> the recipe's warm-up. Call `scheduler.step()` after each `optimizer.step()`.
+    `warmup_steps` None -> the recipe's warm-up. `schedule` is "cosine" or "wsd" (see :class:`Schedule`).
+    Call `scheduler.step()` after each `optimizer.step()`.
     """
     base = unwrap(model)
     recipe = registry.get(arch or base.config.arch).recipe
@@ -72,8 +103,15 @@ def make_optimizer(
     else:
         raise ConfigError(f"unknown optimizer {recipe.optimizer!r} in the recipe; use adamw or adam")
     warmup = recipe.warmup_steps(max_steps) if warmup_steps is None else warmup_steps
-    schedule = Schedule(max_steps=max_steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"train.schedule={schedule!r}; use one of: {', '.join(SCHEDULES)}")
+    fn = Schedule(max_steps, warmup, min_lr_ratio, schedule, decay_fraction, decay_shape)
+    if schedule == "wsd" and warmup > fn.decay_start:
+        raise ConfigError(
+            f"train.warmup_steps={warmup} runs into the WSD decay, which starts at step {fn.decay_start} of "
+            f"{max_steps}; lower the warm-up or train.decay_fraction"
+        )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
     if constraints:
         attach_constraints(model, optimizer)
     return optimizer, scheduler

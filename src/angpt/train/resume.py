@@ -1,7 +1,8 @@
 """Whether a checkpoint may be resumed under the requested run config, and what changes on the way.
 
-Identical settings continue. A longer (or shorter) `max_steps` is well defined and applies: the cosine schedule
-is recomputed for the new length from the current step on. Settings that only steer logging, evaluation,
+Identical settings continue. A longer (or shorter) `max_steps` is well defined and applies: the LR schedule is
+recomputed for the new length from the current step on (a WSD run resumed from its stable phase with a shorter
+`max_steps` is a branch: it decays to the new end). Settings that only steer logging, evaluation,
 checkpointing or the process (`eval_every`, `device`, `compile`, ...) apply freely. Everything that shapes the
 optimisation or the data the run sees (learning rate, warm-up, betas, batch geometry, seed, dtype, model, data,
 tokenizer) refuses with a one-line error naming the field: resuming under it would silently make a different run.
@@ -21,6 +22,9 @@ FIXED_TRAIN = (
     "weight_decay",
     "warmup_steps",
     "min_lr_ratio",
+    "schedule",
+    "decay_fraction",
+    "decay_shape",
     "beta1",
     "beta2",
     "grad_clip",
@@ -67,7 +71,7 @@ def check_resume(
                 "the run is already past it"
             )
         notes.append(
-            f"train.max_steps {old_steps} -> {cfg.train.max_steps}: the cosine schedule is recomputed for the new "
-            "length from here on"
+            f"train.max_steps {old_steps} -> {cfg.train.max_steps}: the {cfg.train.schedule} schedule is recomputed "
+            "for the new length from here on"
         )
     return notes

@@ -1,0 +1,240 @@
+"""The scaling report as markdown: the ladder, learning rates, the fit table, compute-optimal sizes, the comparison
+with the baseline, the batch-size study, every run, warnings and plots."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from angpt.compare.plan import format_lr, format_tokens
+from angpt.scaling.plan import Ladder
+
+
+def _g(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-" if x is None else str(x)
+    return f"{x:.{digits}g}"
+
+
+def _si(x: float) -> str:
+    for div, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{s}"
+    return f"{x:.3g}"
+
+
+def _with_interval(x: float | None, iv: list[float] | tuple[float, float] | None) -> str:
+    if x is None:
+        return "-"
+    return f"{_g(x)} [{_g(iv[0])}, {_g(iv[1])}]" if iv else _g(x)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def render_provenance(report: dict[str, Any]) -> list[str]:
+    m = report.get("machine", {})
+    ds = report.get("dataset", {})
+    return [
+        f"Command: `{report.get('command', '')}`",
+        "",
+        f"{m.get('date', '-')}; angpt {m.get('angpt_version', '-')} (git {m.get('git_revision', '-')}), torch "
+        f"{m.get('torch_version', '-')}, python {m.get('python_version', '-')}; {m.get('hostname', '-')}: "
+        f"{m.get('cpu', '-')} ({m.get('cpu_cores', '-')} cores), GPU {m.get('gpu') or 'none'}; "
+        f"dtype {m.get('dtype', '-')}",
+        f"Dataset: {ds.get('source', '-')}, tokenizer {ds.get('tokenizer', '-')} "
+        f"(vocabulary {ds.get('vocab_size', '-')}), "
+        f"{_si(ds['train_tokens']) if ds.get('train_tokens') else '-'} training tokens",
+        "",
+    ]
+
+
+def render_fit_table(ladder: Ladder, a: dict[str, Any]) -> list[str]:
+    """The "Fits" section: one row per arm, numbers with 95% intervals, or why the arm was not fitted."""
+    labels = [arm.label for arm in ladder.arms]
+    lines = ["## Fits", ""]
+    lines.append(
+        "L(N, D) = E + A / N^alpha + B / D^beta, fitted to each arm's final validation losses (nats per token) by the "
+        "Huber loss (delta 1e-3) on log L with L-BFGS-B from a grid of starts (Hoffmann et al. 2022; Besiroglu et al. "
+        "2024). Brackets: 95% bootstrap percentile intervals over runs. Compute-optimal N* ~ C^(beta/(alpha+beta)), "
+        "D* ~ C^(alpha/(alpha+beta)) with C = 6 N D."
+    )
+    lines.append("")
+    rows = []
+    for label in labels:
+        e = a["arms"].get(label, {})
+        if not e.get("ok"):
+            rows.append([label, f"**{e.get('message', 'not fitted')}**", *[""] * 6, str(e.get("n_runs", 0))])
+            continue
+        p, iv = e["point"], e.get("intervals", {})
+        keys = ("E", "A", "alpha", "B", "beta", "n_exponent", "d_exponent")
+        rows.append([label, *(_with_interval(p[k], iv.get(k)) for k in keys), str(e["n_runs"])])
+    lines += _table(["arm", "E", "A", "alpha", "B", "beta", "N* exponent", "D* exponent", "runs"], rows)
+    boot = next((e["bootstrap"] for e in a["arms"].values() if e.get("bootstrap")), None)
+    if boot:
+        lines += ["", f"Bootstrap: {boot['n']} resamples of the runs (seed {boot['seed']})."]
+
+    return lines
+
+
+def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
+    """The ladder sections of report.md (without the title and provenance)."""
+    labels = [arm.label for arm in ladder.arms]
+    lines = ["## Ladder", ""]
+    rows = []
+    for size in ladder.sizes:
+        s = size.shape
+        n0 = size.params[ladder.baseline]
+        rows.append(
+            [
+                size.name,
+                str(s.depth),
+                str(s.width),
+                str(s.heads),
+                str(s.head_dim),
+                str(s.d_ff or 4 * s.width),
+                *(_si(size.params[label]) for label in labels),
+                ", ".join(format_tokens(b) for b in size.budgets),
+                ", ".join(f"{b / n0:.3g}" for b in size.budgets),
+                ", ".join(str(ladder.steps(b)) for b in size.budgets),
+            ]
+        )
+    lines += _table(
+        [
+            "size",
+            "depth",
+            "width",
+            "heads",
+            "head dim",
+            "d_ff",
+            *(f"N {label}" for label in labels),
+            "budgets (tokens)",
+            f"tokens / N {ladder.baseline}",
+            "steps",
+        ],
+        rows,
+    )
+    batch = ladder.compare["batch_tokens"]
+    count = "all parameters" if ladder.param_count == "total" else "all but the input embedding (LM head included)"
+    sched = (
+        f"WSD: each size's budgets branch off its longest run at their decay start (last {ladder.decay_fraction:g} of "
+        f"the run, {ladder.decay_shape} to {ladder.compare['settings'].get('train.min_lr_ratio', 0.1):g} x peak)"
+        if ladder.schedule == "wsd"
+        else "cosine: every budget is its own run"
+    )
+    lines += [
+        "",
+        f"N counts {count}. Batch {format_tokens(batch)} tokens per step; seeds {ladder.seeds}; preset "
+        f"{ladder.compare['preset']}; schedule {sched}.",
+        "",
+        "## Learning rates",
+        "",
+    ]
+    tuned = "tuned on the smallest size and reused (--lr-transfer)" if ladder.lr_transfer else "tuned per size"
+    lines.append(
+        f"Each arm's peak LR is {tuned} by compare's sweep (grid x{ladder.compare['lr_grid']} around its centre "
+        "LR, extended at an edge). `*`: best at a grid edge; `>`: transferred, not swept."
+    )
+    lines.append("")
+    by = {(r["size"], r["arm"]): r for r in a["lr"]}
+    rows = []
+    for size in ladder.sizes:
+        cells = []
+        for label in labels:
+            r = by.get((size.name, label), {})
+            lr = r.get("best_lr")
+            mark = ">" if r.get("transferred") else ("*" if r.get("at_edge") else "")
+            cells.append(f"{mark}{format_lr(lr)}" if lr is not None else "-")
+        rows.append([size.name, *cells])
+    lines += _table(["size", *labels], rows)
+    t = a.get("transfer")
+    if t:
+        lines += ["", f"**LR transfer** ({t['sizes'][0]} -> {t['sizes'][1]}, within one grid step?):"]
+        if t.get("note"):
+            lines.append(f"- {t['note']}")
+        for label, chk in t["arms"].items():
+            if chk.get("holds") is None:
+                lines.append(f"- {label}: open ({chk.get('note', '')})")
+                continue
+            word = "holds" if chk["holds"] else "FAILS"
+            lines.append(
+                f"- {label}: best LR {format_lr(chk['small_lr'])} -> {format_lr(chk['large_lr'])}, "
+                f"{chk['steps_apart']:.2g} grid step(s) apart (step x{chk['grid_step']:.3g}): {word}"
+                + (f" ({chk['note']})" if chk.get("note") else "")
+            )
+
+    lines += ["", *render_fit_table(ladder, a)]
+
+    optimal = [(label, e["optimal"]) for label, e in a["arms"].items() if e.get("optimal")]
+    if optimal:
+        lines += ["", "## Compute-optimal sizes", ""]
+        rows = []
+        for label, opts in optimal:
+            for o in opts:
+                ext = " (extrapolated)" if o["extrapolated"] else ""
+                rows.append(
+                    [label, _si(o["C"]) + ext, _si(o["N"]), _si(o["D"]), f"{o['D'] / o['N']:.3g}", _g(o["loss"], 4)]
+                )
+        lines += _table(["arm", "C = 6ND (FLOPs)", "N*", "D*", "D*/N*", "L*"], rows)
+
+    versus = [(label, e["vs_baseline"]) for label, e in a["arms"].items() if e.get("vs_baseline")]
+    if versus:
+        lines += ["", f"## Against {ladder.baseline}", ""]
+        lines.append(
+            f"Differences of exponents (arm minus {ladder.baseline}) with paired bootstrap intervals, and the compute "
+            f"multiplier C_{ladder.baseline}(L) / C_arm(L) at both arms' optimal split, at "
+            f"L = {_g(a['target_loss'], 4)} ({ladder.baseline}'s compute-optimal loss at the ladder's largest compute, "
+            f"{_si(a['max_compute'])} FLOPs)."
+        )
+        lines.append("")
+        rows = []
+        for label, v in versus:
+            di = v.get("difference_interval", {})
+            rows.append(
+                [
+                    label,
+                    *(_with_interval(v["difference"][k], di.get(k)) for k in ("alpha", "beta", "n_exponent")),
+                    _with_interval(v["multiplier"], v.get("multiplier_interval")),
+                ]
+            )
+        lines += _table(["arm", "d alpha", "d beta", "d N* exponent", "compute multiplier"], rows)
+    if a.get("verdicts"):
+        lines += ["", "## Verdict", "", *(f"- {v}" for v in a["verdicts"])]
+
+    lines += ["", "## Runs", ""]
+    rows = [
+        [
+            r["arm"],
+            r["size"],
+            _si(r["N"]),
+            format_tokens(r["D"]),
+            f"{r['D'] / r['N']:.3g}",
+            str(r["seed"]),
+            format_lr(r["lr"]),
+            _g(r["loss"], 5),
+        ]
+        for r in a["runs"]
+    ]
+    lines += _table(["arm", "size", "N", "D", "D/N", "seed", "LR", "final val loss"], rows)
+    return lines
+
+
+def render_markdown(report: dict[str, Any], ladder: Ladder | None, plots: dict[str, str]) -> str:
+    """The whole report.md: the ladder (if any), the batch-size study (if any), warnings, plots."""
+    from angpt.scaling.batch import render_batch
+
+    arms = ", ".join(a.label for a in ladder.arms) if ladder else ", ".join(report.get("batch", {}).get("arms", {}))
+    lines = [f"# Scaling: {arms}", "", *render_provenance(report)]
+    if ladder is not None and report.get("ladder"):
+        lines += render_ladder(ladder, report["ladder"])
+    if report.get("batch"):
+        lines += ["", *render_batch(report["batch"])]
+    warnings = report.get("warnings", [])
+    if warnings:
+        lines += ["", "## Warnings", "", *(f"- {w}" for w in warnings)]
+    if plots:
+        lines += ["", "## Plots", "", *(f"![{k}]({v})" for k, v in plots.items())]
+    elif report.get("plots_missing"):
+        lines += ["", f"Plots: {report['plots_missing']}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,476 @@
+"""`angpt scaling`: the law's fit and its closed forms, the size dial, WSD branches, the critical-batch rule, bad
+input, and a tiny ladder end to end."""
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from angpt.compare.sweep import SweepResult
+from angpt.errors import ConfigError, UserError
+from angpt.scaling import Law, bootstrap_fit, compute_multiplier, critical_batch, dial_shapes, fit_law, transfer_check
+
+TRUE = Law(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
+TINY = dict(preset="tiny", batch_tokens=512, eval_batches=2, eval_points=2, dtype="fp32", lr_grid=[1])
+
+
+def grid_5x4(law: Law, noise: float = 0.0, seed: int = 0):
+    """Chinchilla-like sizes (10M-1B parameters, 1B-64B tokens) and the law's losses, times log-normal noise."""
+    N, D = (a.ravel() for a in np.meshgrid([1e7, 3e7, 1e8, 3e8, 1e9], [1e9, 4e9, 1.6e10, 6.4e10], indexing="ij"))
+    L = law.loss(N, D) * np.exp(np.random.default_rng(seed).normal(0.0, noise, N.size))
+    return N, D, L
+
+
+@pytest.fixture
+def no_run_plots(monkeypatch):
+    """Each run's loss curve and each size's compare plots: not what these tests check, and most of their time."""
+    from angpt.compare import report
+    from angpt.train import loop
+
+    monkeypatch.setattr(loop, "plot_loss_curve", lambda *a, **k: None)
+    monkeypatch.setattr(report, "write_plots", lambda *a, **k: {})
+
+
+def cli(*args) -> int:
+    from angpt import cli as angpt_cli
+
+    return angpt_cli.main(["scaling", *map(str, args)])
+
+
+# ------------------------------------------------------------------------------------------------- the fit
+def test_fit_recovers_a_known_law_and_the_bootstrap_covers_it():
+    fit = fit_law(*grid_5x4(TRUE))
+    assert fit.ok and fit.message == ""
+    for k in ("E", "A", "alpha", "B", "beta"):  # noiseless: the law itself
+        assert getattr(fit.law, k) == pytest.approx(getattr(TRUE, k), rel=1e-4), k
+
+    N, D, L = grid_5x4(TRUE, noise=0.002, seed=1)  # 0.2% noise on each loss
+    fit = fit_law(N, D, L)
+    assert fit.ok
+    law = fit.law
+    # Tolerances: E within 0.05 nats, exponents within 0.02, A and B within 30% (they trade off with the exponents).
+    assert abs(law.E - 1.7) < 0.05 and abs(law.alpha - 0.34) < 0.02 and abs(law.beta - 0.28) < 0.02
+    assert abs(math.log(law.A / 400)) < 0.3 and abs(math.log(law.B / 410)) < 0.3
+    boot = bootstrap_fit(N, D, L, n=30, seed=0, start=law)
+    assert boot.failed == 0 and len(boot.laws) == 30
+    for k in ("E", "A", "alpha", "B", "beta"):
+        lo, hi = boot.interval(lambda x, k=k: getattr(x, k))
+        assert lo <= getattr(TRUE, k) <= hi, (k, lo, hi)
+        assert lo <= getattr(law, k) <= hi
+    # Seeded: the same resamples give the same intervals.
+    again = bootstrap_fit(N, D, L, n=5, seed=0, start=law)
+    assert [x.alpha for x in again.laws] == [x.alpha for x in boot.laws[:5]]
+
+
+def test_objective_gradient_matches_finite_differences():
+    from scipy.optimize import check_grad
+
+    from angpt.scaling.fit import _objective
+
+    N, D, L = grid_5x4(TRUE, noise=0.01)
+    x, y, logL = np.log(N) - np.log(N).mean(), np.log(D) - np.log(D).mean(), np.log(L)
+    for phi in ([0.5, -0.3, 0.3, -0.4, 0.25], [0.3, -1.0, 0.6, -0.2, 0.1]):
+        f = lambda p: _objective(p, x, y, logL, 1e-3)[0]  # noqa: E731
+        g = lambda p: _objective(p, x, y, logL, 1e-3)[1]  # noqa: E731
+        assert check_grad(f, g, np.array(phi)) < 1e-4 * np.linalg.norm(g(np.array(phi)))
+    # The Huber loss by hand at one point: residuals r = log L_pred - log L, 0.5 r^2 inside delta, linear outside.
+    phi = np.array(
+        [math.log(1.7), math.log(400) - 0.34 * np.log(N).mean(), 0.34, math.log(410) - 0.28 * np.log(D).mean(), 0.28]
+    )
+    r = np.log(TRUE.loss(N, D)) - logL
+    want = np.mean(np.where(np.abs(r) <= 1e-3, 0.5 * r**2, 1e-3 * (np.abs(r) - 0.5e-3))) / 1e-6
+    assert _objective(phi, x, y, logL, 1e-3)[0] == pytest.approx(want, rel=1e-9)
+
+
+def test_compute_optimal_closed_form_is_the_numerical_minimum():
+    from scipy.optimize import minimize_scalar
+
+    for C in (1e18, 1e21, 1e24):
+        res = minimize_scalar(
+            lambda u, C=C: TRUE.loss(math.exp(u), C / (6 * math.exp(u))),
+            bounds=(0, 60),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        n, d = TRUE.optimal(C)
+        assert n == pytest.approx(math.exp(res.x), rel=1e-4) and 6 * n * d == pytest.approx(C, rel=1e-12)
+        assert TRUE.optimal_loss(C) == pytest.approx(res.fun, rel=1e-10)
+        assert TRUE.compute_for_loss(TRUE.optimal_loss(C)) == pytest.approx(C, rel=1e-8)
+    # The exponents: N* ~ C^(beta / (alpha + beta)), D* ~ C^(alpha / (alpha + beta)).
+    (n1, d1), (n2, d2) = TRUE.optimal(1e20), TRUE.optimal(1e22)
+    assert math.log(n2 / n1) / math.log(100) == pytest.approx(0.28 / 0.62, rel=1e-9)
+    assert math.log(d2 / d1) / math.log(100) == pytest.approx(0.34 / 0.62, rel=1e-9)
+    assert TRUE.compute_for_loss(1.7) == math.inf  # the irreducible loss is never reached
+
+
+def test_compute_multiplier_of_a_law_that_needs_fewer_tokens_or_parameters():
+    # L_arm(N, D) = L_base(N, 2 D): the arm reaches any loss with half the tokens at the same N, so half the compute.
+    arm = Law(TRUE.E, TRUE.A, TRUE.alpha, TRUE.B * 2**-TRUE.beta, TRUE.beta)
+    for loss in (2.0, 2.5, 3.0):
+        assert compute_multiplier(TRUE, arm, loss) == pytest.approx(2.0, rel=1e-9)
+    # L_arm(N, D) = L_base(3 N, D): a third of the parameters, so a third of the compute.
+    arm = Law(TRUE.E, TRUE.A * 3**-TRUE.alpha, TRUE.alpha, TRUE.B, TRUE.beta)
+    assert compute_multiplier(TRUE, arm, 2.2) == pytest.approx(3.0, rel=1e-9)
+    assert compute_multiplier(TRUE, TRUE, 2.2) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_a_fit_without_a_law_in_the_data_says_so():
+    from angpt.scaling.analyse import fit_points
+    from angpt.scaling.collect import Point
+
+    N, D, _ = grid_5x4(TRUE)
+    fit = fit_law(N, D, np.full(N.size, 3.0))  # no dependence on N or D at all
+    assert not fit.ok and "bound" in fit.message and "do not determine the law" in fit.message
+    # Fewer than 3 sizes with 3 budgets each: not fitted, and said so.
+    pts = [Point("a", f"s{n}", int(n), int(d), 0, 1e-3, float(TRUE.loss(n, d))) for n, d in zip(N, D) if n < 5e7]
+    entry, fit, boot = fit_points(pts, bootstrap=0)
+    assert fit is None and not entry["ok"] and "2 size(s)" in entry["message"] and "needs 3" in entry["message"]
+
+
+def test_missing_scipy_is_a_one_line_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    with pytest.raises(UserError, match=r"pip install 'angpt\[scaling\]'"):
+        fit_law(*grid_5x4(TRUE))
+
+
+# ------------------------------------------------------------------------------------------ dial, LRs, batch
+def test_the_depth_dial_makes_one_family_of_shapes():
+    shapes = dial_shapes(depths=[4, 2, 3], aspect=64, head_dim=64)
+    assert [(s.depth, s.width, s.heads, s.head_dim) for s in shapes] == [
+        (2, 128, 2, 64),
+        (3, 192, 3, 64),
+        (4, 256, 4, 64),
+    ]
+    assert [s.name for s in shapes] == ["L2_d128", "L3_d192", "L4_d256"]
+    shapes = dial_shapes(widths=[96, 32], aspect=16, head_dim=16, ffn_mult=2.5)
+    assert [(s.depth, s.width, s.heads, s.d_ff) for s in shapes] == [(2, 32, 2, 80), (6, 96, 6, 240)]
+    assert shapes[0].model_settings() == {
+        "model.n_layers": 2,
+        "model.d_model": 32,
+        "model.n_heads": 2,
+        "model.d_ff": 80,
+    }
+
+
+def test_lr_transfer_holds_within_one_grid_step():
+    grid = [1e-3, 2e-3, 4e-3, 8e-3]
+
+    def sweep(best, at_edge=False):
+        return SweepResult("a", grid, {}, best, 0, at_edge, False)
+
+    assert transfer_check(sweep(2e-3), sweep(4e-3))["holds"] is True  # one step apart
+    assert transfer_check(sweep(4e-3), sweep(4e-3))["steps_apart"] == 0
+    chk = transfer_check(sweep(1e-3), sweep(4e-3))  # two steps apart
+    assert chk["holds"] is False and chk["steps_apart"] == pytest.approx(2.0)
+    assert "edge" in transfer_check(sweep(2e-3), sweep(1e-3, at_edge=True))["note"]
+    one = SweepResult("a", [2e-3], {}, 2e-3, 0, False, True)
+    assert transfer_check(one, one)["holds"] is None  # a fixed LR was not tuned: nothing to check
+
+
+def test_critical_batch_is_the_largest_within_one_percent_of_the_best():
+    batches = [4096, 8192, 16384, 32768, 65536]
+    c = critical_batch(batches, [3.10, 3.00, 3.02, 3.0301, 3.20])
+    # Best 3.00 at 8192; the 1% threshold is 3.03: 16384 (3.02) is within, 32768 (3.0301) just outside.
+    assert (c["best_batch"], c["critical"], c["threshold"]) == (8192, 16384, pytest.approx(3.03))
+    assert not c["at_largest"]
+    c = critical_batch(batches, [3.10, 3.00, 3.02, 3.029, math.inf])  # a diverged batch never qualifies
+    assert c["critical"] == 32768 and not c["at_largest"]
+    c = critical_batch(batches[:3], [3.0, 3.01, 3.02])  # the largest tried is within: a lower bound
+    assert c["critical"] == 16384 and c["at_largest"]
+    assert critical_batch(batches, [3.0, 3.3, 3.3, 3.3, 3.3], tolerance=0.1)["critical"] == 65536
+    assert critical_batch([1, 2], [math.inf, math.nan])["critical"] is None
+
+
+# ------------------------------------------------------------------------------------------------------ WSD
+def test_wsd_schedule_by_hand():
+    from angpt.train.optim import Schedule
+
+    lin = Schedule(10, warmup_steps=2, min_lr_ratio=0.1, kind="wsd", decay_fraction=0.2, decay_shape="linear")
+    sq = Schedule(10, warmup_steps=2, min_lr_ratio=0.1, kind="wsd", decay_fraction=0.2, decay_shape="1-sqrt")
+    assert lin.decay_start == 8
+    # Warm-up (step + 1) / 2, the stable peak, then the decay over steps 8..10 (p = 0, 1/2 at the last update).
+    assert [lin(s) for s in range(10)] == pytest.approx([0.5, 1, 1, 1, 1, 1, 1, 1, 1, 0.55])
+    assert sq(9) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(0.5)))
+    assert lin(10) == pytest.approx(0.1) and sq(10) == pytest.approx(0.1)
+    # Up to a run's decay start, the LR does not depend on max_steps: shorter budgets are branches of longer ones.
+    long = Schedule(40, warmup_steps=2, kind="wsd", decay_fraction=0.2)
+    assert all(long(s) == lin(s) for s in range(8))
+    with pytest.raises(ConfigError, match="runs into the WSD decay"):
+        from angpt.models import build_model
+        from angpt.train.optim import make_optimizer
+
+        make_optimizer(build_model("gpt+", "tiny"), max_steps=10, warmup_steps=9, schedule="wsd")
+
+
+def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
+    data_dir, tmp_path, monkeypatch, one_thread, no_run_plots
+):
+    """Budgets of 2, 4 and 8 steps, two seeds: each shorter budget is the 8-step run's checkpoint at its decay start
+    plus its own decay, and ends exactly where the same run trained from scratch does."""
+    from angpt.compare import make_plan, run_comparison
+    from angpt.compare.store import read_rows
+    from angpt.scaling.wsd import seed_branches
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import train
+    from angpt.train.step import TrainStep
+
+    wsd = {"train.schedule": "wsd", "train.decay_fraction": 0.2, "train.decay_shape": "linear"}
+    plan = make_plan(
+        data_dir, arms=["gpt+[train.warmup_steps=1]"], budgets=[1024, 2048, 4096], seeds=[0, 1], settings=wsd, **TINY
+    )
+    steps = []
+    real = TrainStep.accumulate
+
+    def counting(self, next_batch):
+        steps.append(1)
+        return real(self, next_batch)
+
+    monkeypatch.setattr(TrainStep, "accumulate", counting)
+    out = tmp_path / "wsd"
+    report = run_comparison(plan, out, threads=1, progress=False, before_main=seed_branches)
+    # Decays of round(0.2 x steps), at least 1: the branches start at steps 1 and 3. Seed 0: the sweep's 2-step run,
+    # the 8-step run and the 4-step branch's 1-step decay; seed 1: the 8-step run and both branches' 1-step decays.
+    assert len(steps) == (2 + 8 + 1) + (8 + 1 + 1)
+    arm = plan.arms[0]
+    lr = report.sweeps[arm.label].best
+    for seed, budget, start in ((0, 2048, 3), (1, 1024, 1), (1, 2048, 3)):
+        branch = plan.run_dir(out, arm, budget, seed, lr)
+        trunk = read_rows(plan.run_dir(out, arm, 4096, seed, lr))
+        rows = read_rows(branch)
+        assert [r["step"] for r in rows] == list(range(1, plan.steps(budget) + 1))
+        assert rows[:start] == trunk[:start]  # the stable phase is the trunk's
+        assert rows[start]["lr"] < trunk[start]["lr"]  # then its own decay
+        cfg = load_run_config(None, plan.run_overrides(arm, budget, seed, lr, tmp_path / f"fresh{seed}_{budget}"))
+        cfg.train.progress = False
+        fresh = train(cfg)
+        assert rows[-1]["val_loss"] == pytest.approx(fresh.val_loss, rel=1e-6), (seed, budget)
+    # Re-running trains nothing.
+    steps.clear()
+    run_comparison(plan, out, threads=1, progress=False, before_main=seed_branches)
+    assert steps == []
+
+
+def test_resume_refuses_a_changed_schedule(data_dir, tmp_path, one_thread):
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import train
+
+    common = [
+        ("arch", "gpt+"),
+        ("preset", "tiny"),
+        ("data", str(data_dir)),
+        ("out", str(tmp_path / "r")),
+        ("resume", "auto"),
+        ("train.batch_tokens", 512),
+        ("train.micro_batch", 8),
+        ("train.eval_batches", 1),
+        ("train.progress", False),
+        ("train.tensorboard", False),
+        ("train.stop_at", 2),
+        ("train.max_steps", 8),
+        ("train.schedule", "wsd"),
+    ]
+    assert train(load_run_config(None, common)).step == 2
+    for key, value in (("train.schedule", "cosine"), ("train.decay_shape", "linear"), ("train.decay_fraction", 0.5)):
+        with pytest.raises(UserError, match=f"with {key}="):
+            train(load_run_config(None, [*common, (key, value)]))
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_bad_ladders_are_one_line_errors_before_anything_is_written(data_dir, tmp_path, capsys):
+    common = ["--data", data_dir, "--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--threads", "1"]
+    ok = ["--depths", "1,2,3", "--aspect", "16", "--head-dim", "8", "--budgets", "2048,4096,8192"]
+    cases = [
+        (["--depths", "1,2", "--aspect", "16", "--head-dim", "8", "--budgets", "2048,4096,8192"], "at least 3 sizes"),
+        ([*ok[:6], "--budgets", "2048,4096"], "at least 3 token budgets"),
+        ([*ok[:6], "--tokens-per-param", "5,10"], "at least 3 token budgets"),
+        (
+            ["--depths", "4,5,6", "--aspect", "48", "--head-dim", "64", "--budgets", "2048,4096,8192"],
+            "width 5 x 48 = 240) does not split into heads of 64",
+        ),
+        (
+            ["--depths", "1,2,3", "--aspect", "16", "--head-dim", "7", "--budgets", "2048,4096,8192"],
+            "--head-dim 7 is odd",
+        ),
+        ([*ok, "--arms", "angpt", "--baseline", "gpt+"], "baseline 'gpt+' is not in the ladder's arms"),
+        ([*ok, "--arms", "gpt+,angpt[d_model=64]"], "sets model.d_model, which the size dial decides"),
+        ([*ok, "--arms", "gpt+,bogus"], "unknown architecture or variant 'bogus'"),
+        ([*ok, "--set", "model.n_layers=4"], "decided by the size dial"),
+        ([*ok, "--set", "train.schedule=wsd"], "use --schedule"),
+        ([*ok, "--tokens-per-param", "5,10,20"], "not both"),
+        ([*ok[:6], "--budgets", "2000,4096,8192"], "not a whole number of steps"),
+    ]
+    for i, (args, needle) in enumerate(cases):
+        out = tmp_path / f"bad{i}"
+        assert cli(*common, "--out", out, *args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, (args, err)
+        assert not out.exists()
+    batch = ["batch", "--data", data_dir, "--preset", "tiny", "--lr-grid", "1", "--tokens", "4096"]
+    for i, (args, needle) in enumerate(
+        [
+            (["--batch-sizes", "512,1024,4096"], "two apart"),
+            (["--batch-sizes", "512"], "at least two batch sizes"),
+            (["--batch-sizes", "1024,2048", "--tokens", "3072"], "not a whole number of steps of the largest batch"),
+            (["--batch-sizes", "512,1024", "--arms", "angpt", "--baseline", "ngpt"], "baseline 'ngpt'"),
+        ]
+    ):
+        out = tmp_path / f"badbatch{i}"
+        assert cli(*batch, "--out", out, *args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, (args, err)
+        assert not out.exists()
+
+
+def test_budgets_from_tokens_per_param_use_the_baselines_parameter_count(data_dir):
+    from angpt.models import build_model
+    from angpt.scaling import make_ladder
+
+    ladder = make_ladder(
+        data_dir, arms=["gpt+", "angpt"], depths=[1, 2, 3], aspect=16, head_dim=8, tokens_per_param=[1, 2, 4], **TINY
+    )
+    for size in ladder.sizes:
+        s = size.shape
+        for arch in ("gpt+", "angpt"):  # the trainer pads the dataset's 257 byte ids to a vocabulary of 320
+            model = build_model(arch, "tiny", vocab_size=320, d_model=s.width, n_layers=s.depth, n_heads=s.heads)
+            assert size.params[arch] == model.num_params(embeddings=False) == model.num_params() - 320 * s.width
+        n = size.params["gpt+"]
+        assert size.budgets == [max(1, round(k * n / 512)) * 512 for k in (1, 2, 4)]
+    total = make_ladder(
+        data_dir,
+        arms=["gpt+"],
+        depths=[1, 2, 3],
+        aspect=16,
+        head_dim=8,
+        tokens_per_param=[1, 2, 4],
+        param_count="total",
+        **TINY,
+    )
+    assert [s.params["gpt+"] - t.params["gpt+"] for s, t in zip(total.sizes, ladder.sizes)] == [
+        320 * 16,
+        320 * 32,
+        320 * 48,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+@pytest.mark.slow
+def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_thread, no_run_plots):
+    """3 sizes x 3 budgets x 1 arm at tiny shapes (4 to 16 steps): the plan, the runs, a fit table made of exactly
+    the stored runs, a resume that trains nothing, the fit verb, a batch study sharing the directory."""
+    from angpt.scaling.fit import fit_law as real_fit
+
+    out = tmp_path / "ladder"
+    args = [
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--arms",
+        "gpt+",
+        "--depths",
+        "1,2,3",
+        "--aspect",
+        "16",
+        "--head-dim",
+        "8",
+        "--budgets",
+        "2048,4096,8192",
+        "--preset",
+        "tiny",
+        "--batch-tokens",
+        "512",
+        "--lr-grid",
+        "1",
+        "--eval-batches",
+        "2",
+        "--eval-points",
+        "2",
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--quiet",
+        "--bootstrap",
+        "10",
+    ]
+    assert cli(*args, "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    assert "L1_d16" in text and "L3_d48" in text and "9.28K" in text  # sizes with their N
+    assert "2Ki = 4" in text and "8Ki = 16" in text and "runs: 9" in text and "estimated time" in text
+
+    assert cli(*args) == 0
+    printed = capsys.readouterr().out
+    assert "trained 9 run(s)" in printed
+    data = json.loads((out / "report.json").read_text())
+    runs = data["ladder"]["runs"]
+    assert sorted((r["size"], r["D"]) for r in runs) == sorted(
+        (s, d) for s in ("L1_d16", "L2_d32", "L3_d48") for d in (2048, 4096, 8192)
+    )
+    for r in runs:  # every point is its stored run's final validation loss
+        rec = json.loads(
+            (
+                out / "sizes" / r["size"] / "runs" / "gpt+" / str(r["D"]) / "seed0" / "lr0.002" / "result.json"
+            ).read_text()
+        )
+        assert r["loss"] == rec["val_loss"]
+    fit = real_fit([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
+    entry = data["ladder"]["arms"]["gpt+"]
+    assert entry["ok"] == fit.ok and entry["message"] == fit.message
+    md = (out / "report.md").read_text()
+    assert "## Fits" in md and "| gpt+ |" in md and "## Ladder" in md and "## Runs" in md
+    assert (out / "sizes" / "L2_d32" / "report.md").is_file()  # each size is a compare report too
+    assert (out / "loss_vs_compute.png").stat().st_size > 1000
+
+    # Re-running trains nothing; another ladder in the same directory is refused, untouched.
+    assert cli(*args) == 0 and "trained 0 run(s)" in capsys.readouterr().out
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert cli(*[a if a != "1,2,3" else "1,2,4" for a in args]) == 2
+    assert "holds a different scaling ladder" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+    # The fit verb on the finished store prints the table; an arm that is not in the ladder is one line.
+    rc = cli("fit", out, "--bootstrap", "0")
+    assert rc == (0 if fit.ok else 1) and "| gpt+ |" in capsys.readouterr().out
+    assert cli("fit", out, "--arms", "angpt") == 2 and "'angpt' is not in the ladder" in capsys.readouterr().err
+
+    # A batch study in the same directory: its section joins the report.
+    assert (
+        cli(
+            "batch",
+            "--data",
+            data_dir,
+            "--out",
+            out,
+            "--arms",
+            "gpt+",
+            "--batch-sizes",
+            "256,512",
+            "--tokens",
+            "2048",
+            "--preset",
+            "tiny",
+            "--lr-grid",
+            "1",
+            "--eval-batches",
+            "2",
+            "--eval-points",
+            "1",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--quiet",
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    b = json.loads((out / "report.json").read_text())["batch"]["arms"]["gpt+"]
+    losses = [b["loss"][str(x)] for x in (256, 512)]
+    want = critical_batch([256, 512], losses)["critical"]
+    assert b["critical"]["critical"] == want and f"critical batch {'>= ' if want == 512 else ''}{want}" in printed
+    md = (out / "report.md").read_text()
+    assert "## Batch size" in md and "## Fits" in md
