@@ -10,7 +10,8 @@ the schedule for the branch's own max_steps, so it trains only its decay. n budg
 n - 1 decays.
 
 A branch that cannot be seeded (the longest run is already past s_i, or s_i is step 0) is trained from scratch:
-the same run, at full cost.
+the same run, at full cost. The stable phases are trained in this process, one (arm, seed) after another with all
+the runner's threads; only the decays and the rest of the longest runs use `--jobs` workers.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def _advance(runner: Runner, longest: RunSpec, step: int) -> Path | None:
         file=sys.stderr,
     )
     old = torch.get_num_threads()
-    torch.set_num_threads(runner.threads)
+    torch.set_num_threads(runner.threads * runner.jobs)  # nothing else runs now: the stable phases go one at a time
     try:
         result = train(cfg)
     except TrainingError:
