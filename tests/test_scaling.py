@@ -353,6 +353,20 @@ def test_budgets_from_tokens_per_param_use_the_baselines_parameter_count(data_di
         320 * 32,
         320 * 48,
     ]
+    # WSD: every budget of a size shares one warm-up, the recipe's for the smallest budget (GPT+: 5%, anGPT: none).
+    wsd = make_ladder(
+        data_dir,
+        arms=["gpt+", "angpt"],
+        depths=[1, 2, 3],
+        aspect=16,
+        head_dim=8,
+        budgets=[20480, 40960, 81920],
+        schedule="wsd",
+        **TINY,
+    )
+    plan = wsd.size_plan(0)
+    assert [a.train for a in plan.arms] == [{"warmup_steps": 2}, {"warmup_steps": 0}]  # 5% of 40 steps
+    assert plan.settings["train.schedule"] == "wsd" and plan.settings["model.d_model"] == 16
 
 
 # ---------------------------------------------------------------------------------------------- end to end
