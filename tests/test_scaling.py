@@ -182,6 +182,8 @@ def test_critical_batch_is_the_largest_within_one_percent_of_the_best():
     assert c["critical"] == 16384 and c["at_largest"]
     assert critical_batch(batches, [3.0, 3.3, 3.3, 3.3, 3.3], tolerance=0.1)["critical"] == 65536
     assert critical_batch([1, 2], [math.inf, math.nan])["critical"] is None
+    # Exactly at the threshold counts as within (2.0 x 1.5 = 3.0, exact in binary).
+    assert critical_batch([1, 2, 4], [2.0, 3.0, 3.5], tolerance=0.5)["critical"] == 2
 
 
 # ------------------------------------------------------------------------------------------------------ WSD
@@ -251,6 +253,30 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
     steps.clear()
     run_comparison(plan, out, threads=1, progress=False, before_main=seed_branches)
     assert steps == []
+
+
+def test_seeding_branches_twice_changes_nothing(data_dir, tmp_path, one_thread, no_run_plots):
+    """A re-run (or a crash after seeding) finds the branches seeded: the trunk is not trained again, nothing is
+    copied over a branch's checkpoint."""
+    from angpt.compare import make_plan
+    from angpt.compare.progress import Progress
+    from angpt.compare.runner import Runner
+    from angpt.compare.store import RunSpec
+    from angpt.scaling.wsd import seed_branches
+    from angpt.train import checkpoint as ckpt
+
+    wsd = {"train.schedule": "wsd", "train.decay_fraction": 0.2}
+    plan = make_plan(data_dir, arms=["gpt+[train.warmup_steps=1]"], budgets=[1024, 2048, 4096], settings=wsd, **TINY)
+    arm, lr = plan.arms[0], plan.initial_grid(plan.arms[0])[0]
+    runner = Runner(plan, tmp_path / "r", jobs=1, threads=1, progress=Progress(False, 0, 0))
+    specs = [RunSpec(arm.label, b, 0, lr) for b in plan.budgets]
+    assert seed_branches(runner, specs) == specs[:2]
+    for spec, step in zip(specs, (1, 3)):  # each branch holds the trunk's checkpoint at its decay start
+        found = ckpt.list_checkpoints(plan.run_dir(tmp_path / "r", arm, spec.budget, 0, lr))
+        assert [c.name for c in found] == [f"step_{step:06d}"]
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    assert seed_branches(runner, specs) == []
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "r").rglob("*") if p.is_file()} == before
 
 
 def test_resume_refuses_a_changed_schedule(data_dir, tmp_path, one_thread):
@@ -433,7 +459,9 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
         assert r["loss"] == rec["val_loss"]
     fit = real_fit([r["N"] for r in runs], [r["D"] for r in runs], [r["loss"] for r in runs])
     entry = data["ladder"]["arms"]["gpt+"]
-    assert entry["ok"] == fit.ok and entry["message"] == fit.message
+    assert entry["ok"] == fit.ok and entry["message"] == fit.message  # the report fits exactly these points
+    assert entry["fit"]["objective"] == pytest.approx(fit.objective, rel=1e-9)
+    assert entry["fit"]["params"] == pytest.approx(fit.law.to_dict(), rel=1e-9)
     md = (out / "report.md").read_text()
     assert "## Fits" in md and "| gpt+ |" in md and "## Ladder" in md and "## Runs" in md
     assert (out / "sizes" / "L2_d32" / "report.md").is_file()  # each size is a compare report too
@@ -450,6 +478,8 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
     rc = cli("fit", out, "--bootstrap", "0")
     assert rc == (0 if fit.ok else 1) and "| gpt+ |" in capsys.readouterr().out
     assert cli("fit", out, "--arms", "angpt") == 2 and "'angpt' is not in the ladder" in capsys.readouterr().err
+
+    assert cli("report", out, "--bootstrap", "0") == 0 and "report: " in capsys.readouterr().out
 
     # A batch study in the same directory: its section joins the report.
     assert (
