@@ -129,6 +129,53 @@ def test_a_fit_without_a_law_in_the_data_says_so():
     assert fit is None and not entry["ok"] and "2 size(s)" in entry["message"] and "needs 3" in entry["message"]
 
 
+def test_report_recovers_a_known_compute_multiplier_and_equal_exponents(tmp_path):
+    """Two arms' runs drawn from known laws (the arm = the baseline with twice the tokens, so 2x less compute at
+    any loss and the same exponents), through the report's analysis, markdown and plots."""
+    from angpt.compare.plan import parse_arm
+    from angpt.scaling.analyse import analyse_ladder
+    from angpt.scaling.collect import LadderData, Point
+    from angpt.scaling.plan import Ladder, Size
+    from angpt.scaling.plots import write_plots
+    from angpt.scaling.render import render_markdown
+
+    arm_law = Law(TRUE.E, TRUE.A, TRUE.alpha, TRUE.B * 2**-TRUE.beta, TRUE.beta)
+    ladder = Ladder(
+        data="-",
+        arms=[parse_arm("gpt+"), parse_arm("angpt")],
+        baseline="gpt+",
+        sizes=[],
+        dial={},
+        seeds=[0],
+        compare={"batch_tokens": 2**20, "preset": "demo", "lr_grid": [1], "settings": {}},
+    )
+    rng = np.random.default_rng(0)
+    points = []
+    for i, n in enumerate([1e7, 3e7, 1e8, 3e8, 1e9]):
+        shape = dial_shapes(depths=[i + 2])[0]
+        budgets = [int(k * n) // 2**20 * 2**20 for k in (5, 10, 20, 40)]
+        ladder.sizes.append(Size(shape, {"gpt+": int(n), "angpt": int(n)}, budgets))
+        for d in budgets:
+            for label, law in (("gpt+", TRUE), ("angpt", arm_law)):
+                loss = float(law.loss(n, d) * np.exp(rng.normal(0, 0.002)))
+                points.append(Point(label, shape.name, int(n), d, 0, 1e-3, loss))
+    a = analyse_ladder(LadderData(ladder=ladder, points=points), bootstrap=20)
+    vs = a["arms"]["angpt"]["vs_baseline"]
+    assert vs["multiplier"] == pytest.approx(2.0, rel=0.1)
+    lo, hi = vs["multiplier_interval"]
+    assert lo <= 2.0 <= hi * 1.02
+    for k in ("alpha", "beta", "n_exponent"):  # equal exponents: every interval of the difference holds 0
+        lo, hi = vs["difference_interval"][k]
+        assert lo <= 0 <= hi, k
+    assert a["target_loss"] == pytest.approx(TRUE.optimal_loss(6 * 1e9 * budgets[-1]), rel=0.01)
+    md = render_markdown({**{"command": "test", "warnings": a["warnings"]}, "ladder": a}, ladder, {})
+    assert "## Against gpt+" in md and "| angpt | 1.7" in md and "consistent with equal" in md
+    plots = write_plots(tmp_path, ladder, {"ladder": a})
+    if plots is not None:  # matplotlib installed
+        assert set(plots) == {"loss_vs_compute", "isoloss", "frontier", "exponents"}
+        assert all(p.stat().st_size > 1000 for p in plots.values())
+
+
 def test_missing_scipy_is_a_one_line_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.optimize", None)
@@ -482,6 +529,23 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
     assert cli("report", out, "--bootstrap", "0") == 0 and "report: " in capsys.readouterr().out
 
     # A batch study in the same directory: its section joins the report.
+    batch = [
+        "batch",
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--arms",
+        "gpt+",
+        "--batch-sizes",
+        "256,512",
+        "--tokens",
+        "2048",
+    ]
+    assert cli(*batch, "--preset", "tiny", "--lr-grid", "1", "--threads", "1", "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "batch-size study" in text and "256: 8 steps" in text and "estimated time" in text
+    assert not (out / "batch.json").exists()
     assert (
         cli(
             "batch",

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from angpt.compare.plan import format_tokens
 from angpt.scaling.fit import Law
 from angpt.scaling.plan import Ladder
 
@@ -34,6 +35,15 @@ def write_plots(out: Path, ladder: Ladder | None, report: dict[str, Any]) -> dic
     if report.get("batch"):
         files["batch_size"] = _batch_plot(plt, out, report["batch"])
     return files
+
+
+def _plain_log_y(ax) -> None:
+    """Log-scaled loss axis labelled 2.5, 3, 4 rather than 2.5 x 10^0."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def _save(plt, fig, path: Path) -> Path:
@@ -75,7 +85,7 @@ def _ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str
         if law is not None:
             ax.plot(cs, [law.optimal_loss(c) for c in cs], "k--", lw=1.2, label="compute-optimal L*(C)")
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        _plain_log_y(ax)
         ax.set_xlabel("compute C = 6ND (FLOPs)")
         ax.set_title(label + ("" if law else " (not fitted)"))
         ax.grid(True, which="both", alpha=0.3)
@@ -120,7 +130,7 @@ def _ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str
     if a.get("target_loss"):
         ax.axhline(a["target_loss"], color="grey", ls=":", lw=1, label=f"target loss {a['target_loss']:.4g}")
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    _plain_log_y(ax)
     ax.set_xlabel("compute C = 6ND (FLOPs)")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title("compute-optimal frontier per arm")
@@ -169,9 +179,14 @@ def _batch_plot(plt, out: Path, b: dict[str, Any]) -> Path:
                 linewidths=1.5,
                 zorder=4,
             )
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(b["batch_sizes"]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([format_tokens(x) for x in b["batch_sizes"]])
     ax.set_xlabel("batch size (tokens per step)")
-    ax.set_ylabel(f"final validation loss at {b['tokens']} tokens")
+    ax.set_ylabel(f"final validation loss at {format_tokens(b['tokens'])} tokens")
     ax.set_title(f"batch size (circle: critical batch, within {b['tolerance']:.0%} of the best)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -23,6 +23,10 @@ def _si(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _flops(x: float) -> str:
+    return f"{x:.2e}"
+
+
 def _with_interval(x: float | None, iv: list[float] | tuple[float, float] | None) -> str:
     if x is None:
         return "-"
@@ -174,7 +178,7 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
             for o in opts:
                 ext = " (extrapolated)" if o["extrapolated"] else ""
                 rows.append(
-                    [label, _si(o["C"]) + ext, _si(o["N"]), _si(o["D"]), f"{o['D'] / o['N']:.3g}", _g(o["loss"], 4)]
+                    [label, _flops(o["C"]) + ext, _si(o["N"]), _si(o["D"]), f"{o['D'] / o['N']:.3g}", _g(o["loss"], 4)]
                 )
         lines += _table(["arm", "C = 6ND (FLOPs)", "N*", "D*", "D*/N*", "L*"], rows)
 
@@ -185,7 +189,7 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
             f"Differences of exponents (arm minus {ladder.baseline}) with paired bootstrap intervals, and the compute "
             f"multiplier C_{ladder.baseline}(L) / C_arm(L) at both arms' optimal split, at "
             f"L = {_g(a['target_loss'], 4)} ({ladder.baseline}'s compute-optimal loss at the ladder's largest compute, "
-            f"{_si(a['max_compute'])} FLOPs)."
+            f"{_flops(a['max_compute'])} FLOPs)."
         )
         lines.append("")
         rows = []
