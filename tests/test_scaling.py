@@ -4,6 +4,7 @@ input, and a tiny ladder end to end."""
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -395,6 +396,35 @@ def test_bad_ladders_are_one_line_errors_before_anything_is_written(data_dir, tm
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err, (args, err)
         assert not out.exists()
+
+
+def _doc_commands() -> list[tuple[str, list[str]]]:
+    """Every `angpt scaling ...` line (a ladder or a batch study) of the README's and docs' fenced code blocks."""
+    import re
+    import shlex
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", doc.read_text(), flags=re.S | re.M):
+            for line in block.replace("\\\n", " ").splitlines():
+                m = re.match(r"\s*angpt scaling\b(.*)", line.split("  #")[0])
+                if m and not re.match(r"\s*(report|fit)\b", m.group(1)):
+                    found.append((f"{doc.name}: {line.strip()[:60]}", ["scaling", *shlex.split(m.group(1))]))
+    return found
+
+
+@pytest.mark.parametrize("line,argv", _doc_commands(), ids=[line for line, _ in _doc_commands()])
+def test_documented_scaling_commands_resolve(line, argv, data_dir):
+    """Parsed and planned against a real dataset (nothing trained): a documented flag that is refused fails here."""
+    from angpt.cli import build_parser
+    from angpt.scaling.cli import batch_from_args, ladder_from_args
+
+    args, extra = build_parser().parse_known_args(argv)
+    assert not extra, extra
+    args.data = data_dir
+    study = batch_from_args(args) if args.scaling_verb == "batch" else ladder_from_args(args)
+    assert study.arms
 
 
 def test_budgets_from_tokens_per_param_use_the_baselines_parameter_count(data_dir):

@@ -167,11 +167,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def cmd_batch(args: argparse.Namespace) -> int:
-    from angpt.scaling.batch import make_batch_study, run_batch_study
+def batch_from_args(args: argparse.Namespace):
+    """The batch-size study the flags of `angpt scaling batch` describe; every problem is a one-line error."""
+    from angpt.scaling.batch import make_batch_study
 
     _need(args, "data", "out", "tokens", "batch_sizes")
-    study = make_batch_study(
+    return make_batch_study(
         args.data,
         tokens=args.tokens,
         batch_sizes=_csv(args.batch_sizes),
@@ -179,6 +180,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         **_common(args),
     )
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from angpt.scaling.batch import run_batch_study
+
+    study = batch_from_args(args)
     text, report, files = run_batch_study(
         study,
         args.out,

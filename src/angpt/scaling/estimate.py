@@ -95,7 +95,7 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
                 is not None
                 for lr in grid
             )
-            sweep_runs += len(grid)
+            sweep_runs += len(grid) if len(grid) > 1 else 0
             runs += len(grid)
             tokens += len(grid) * plan.sweep_budget
             total_s += (len(grid) - done) * estimate_run_seconds(plan, t, plan.sweep_budget, su)
@@ -115,7 +115,8 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
     total_max += total_s
     lines.append(
         f"runs: {runs} ({sweep_runs} in LR sweeps, the rest at each arm's best LR), + up to {ext_runs} sweep "
-        f"extension(s); {_si(tokens)} tokens trained in all (WSD branches count their decay only)"
+        f"extension(s); {_si(tokens)} tokens trained in all"
+        + (" (WSD branches count their decay only)" if ladder.schedule == "wsd" else "")
     )
     if measure:
         lines.append(
