@@ -130,15 +130,13 @@ def test_a_fit_without_a_law_in_the_data_says_so():
     assert fit is None and not entry["ok"] and "2 size(s)" in entry["message"] and "needs 3" in entry["message"]
 
 
-def test_report_recovers_a_known_compute_multiplier_and_equal_exponents(tmp_path):
+def synthetic_ladder(bootstrap: int):
     """Two arms' runs drawn from known laws (the arm = the baseline with twice the tokens, so 2x less compute at
-    any loss and the same exponents), through the report's analysis, markdown and plots."""
+    any loss and the same exponents) on a 5 x 4 ladder, and the report's analysis of them."""
     from angpt.compare.plan import parse_arm
     from angpt.scaling.analyse import analyse_ladder
     from angpt.scaling.collect import LadderData, Point
     from angpt.scaling.plan import Ladder, Size
-    from angpt.scaling.plots import write_plots
-    from angpt.scaling.render import render_markdown
 
     arm_law = Law(TRUE.E, TRUE.A, TRUE.alpha, TRUE.B * 2**-TRUE.beta, TRUE.beta)
     ladder = Ladder(
@@ -160,7 +158,13 @@ def test_report_recovers_a_known_compute_multiplier_and_equal_exponents(tmp_path
             for label, law in (("gpt+", TRUE), ("angpt", arm_law)):
                 loss = float(law.loss(n, d) * np.exp(rng.normal(0, 0.002)))
                 points.append(Point(label, shape.name, int(n), d, 0, 1e-3, loss))
-    a = analyse_ladder(LadderData(ladder=ladder, points=points), bootstrap=20)
+    return ladder, analyse_ladder(LadderData(ladder=ladder, points=points), bootstrap=bootstrap)
+
+
+def test_report_recovers_a_known_compute_multiplier_and_equal_exponents():
+    from angpt.scaling.render import render_markdown
+
+    ladder, a = synthetic_ladder(bootstrap=12)
     vs = a["arms"]["angpt"]["vs_baseline"]
     assert vs["multiplier"] == pytest.approx(2.0, rel=0.1)
     lo, hi = vs["multiplier_interval"]
@@ -168,13 +172,25 @@ def test_report_recovers_a_known_compute_multiplier_and_equal_exponents(tmp_path
     for k in ("alpha", "beta", "n_exponent"):  # equal exponents: every interval of the difference holds 0
         lo, hi = vs["difference_interval"][k]
         assert lo <= 0 <= hi, k
-    assert a["target_loss"] == pytest.approx(TRUE.optimal_loss(6 * 1e9 * budgets[-1]), rel=0.01)
-    md = render_markdown({**{"command": "test", "warnings": a["warnings"]}, "ladder": a}, ladder, {})
+    largest = ladder.sizes[-1]
+    assert a["target_loss"] == pytest.approx(TRUE.optimal_loss(6 * 1e9 * largest.budgets[-1]), rel=0.01)
+    md = render_markdown({"command": "test", "warnings": a["warnings"], "ladder": a}, ladder, {})
     assert "## Against gpt+" in md and "| angpt | 1.7" in md and "consistent with equal" in md
-    plots = write_plots(tmp_path, ladder, {"ladder": a})
-    if plots is not None:  # matplotlib installed
-        assert set(plots) == {"loss_vs_compute", "isoloss", "frontier", "exponents"}
-        assert all(p.stat().st_size > 1000 for p in plots.values())
+
+
+@pytest.mark.slow
+def test_plots_of_fitted_laws(tmp_path):
+    pytest.importorskip("matplotlib")
+    from angpt.scaling.plots import write_plots
+
+    ladder, a = synthetic_ladder(bootstrap=4)
+    batch = {"tokens": 2**22, "batch_sizes": [4096, 8192], "tolerance": 0.01, "arms": {}}
+    for label, losses in (("gpt+", [3.1, 3.0]), ("angpt", [3.0, 3.01])):
+        entry = {"batches": [4096, 8192], "loss": dict(zip([4096, 8192], losses))}
+        batch["arms"][label] = {**entry, "critical": critical_batch([4096, 8192], losses)}
+    plots = write_plots(tmp_path, ladder, {"ladder": a, "batch": batch})
+    assert set(plots) == {"loss_vs_compute", "isoloss", "frontier", "exponents", "batch_size"}
+    assert all(p.stat().st_size > 1000 for p in plots.values())
 
 
 def test_missing_scipy_is_a_one_line_error_naming_the_extra(monkeypatch):

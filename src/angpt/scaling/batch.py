@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.plan import Arm, Plan, format_lr, format_tokens, make_plan, parse_arm, parse_settings, parse_tokens
+from angpt.compare.plan import (
+    DEFAULT_LR_GRID,
+    Arm,
+    Plan,
+    format_tokens,
+    make_plan,
+    parse_arm,
+    parse_settings,
+    parse_tokens,
+)
 from angpt.compare.store import RunSpec
 from angpt.errors import UserError
 from angpt.models import registry
@@ -187,7 +196,7 @@ def make_batch_study(
             "preset": preset,
             "seq_len": seq_len,
             "micro_batch": micro_batch,
-            "lr_grid": lr_grid,
+            "lr_grid": sorted({float(m) for m in lr_grid}) if lr_grid else list(DEFAULT_LR_GRID),
             "lr": dict(lr or {}),
             "lr_values": {k: list(v) for k, v in (lr_values or {}).items()},
             "max_extensions": max_extensions,
@@ -302,33 +311,3 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
         "arms": arms,
         "unfinished": unfinished,
     }
-
-
-def render_batch(b: dict[str, Any]) -> list[str]:
-    """The batch-size section of report.md."""
-    from angpt.scaling.render import _table
-
-    shape = f"depth {b['shape']['depth']}, width {b['shape']['width']}" if b.get("shape") else f"preset {b['preset']}"
-    lines = [
-        "## Batch size",
-        "",
-        f"Final validation loss at {format_tokens(b['tokens'])} tokens ({shape}; mean over seeds {b['seeds']}), each "
-        f"batch with its own LR sweep. Critical batch: the largest batch within {b['tolerance']:.0%} of the arm's best "
-        "loss (`>=`: the largest batch tried, so a lower bound).",
-        "",
-    ]
-    header = ["arm", *(format_tokens(x) for x in b["batch_sizes"]), "critical batch"]
-    rows = []
-    for label, e in b["arms"].items():
-        cells = []
-        for x in b["batch_sizes"]:
-            loss = e["loss"].get(x)
-            lr = e["lr"].get(x)
-            cells.append("-" if loss is None else (f"{loss:.4g} (lr {format_lr(lr)})" if lr else f"{loss:.4g}"))
-        c = e["critical"]
-        crit = "-" if c["critical"] is None else (">= " if c["at_largest"] else "") + format_tokens(c["critical"])
-        rows.append([label, *cells, crit])
-    lines += _table(header, rows)
-    for u in b.get("unfinished", []):
-        lines.append(f"- not finished: {u}")
-    return lines

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.plan import Arm, Plan, format_tokens, make_plan, parse_arm, parse_settings, parse_tokens
+from angpt.compare.plan import (
+    DEFAULT_LR_GRID,
+    Arm,
+    Plan,
+    format_tokens,
+    make_plan,
+    parse_arm,
+    parse_settings,
+    parse_tokens,
+)
 from angpt.compare.sweep import SweepResult
 from angpt.errors import UserError
 from angpt.models import registry
@@ -329,7 +338,7 @@ def make_ladder(
         "batch_tokens": bt,
         "seq_len": seq_len,
         "micro_batch": micro_batch,
-        "lr_grid": lr_grid,
+        "lr_grid": sorted({float(m) for m in lr_grid}) if lr_grid else list(DEFAULT_LR_GRID),
         "lr": dict(lr or {}),
         "lr_values": {k: list(v) for k, v in (lr_values or {}).items()},
         "max_extensions": max_extensions,
