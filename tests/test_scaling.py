@@ -573,6 +573,12 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
     assert cli("fit", out, "--arms", "angpt") == 2 and "'angpt' is not in the ladder" in capsys.readouterr().err
 
     assert cli("report", out, "--bootstrap", "0") == 0 and "report: " in capsys.readouterr().out
+    with pytest.MonkeyPatch.context() as mp:  # without matplotlib: the report, no plots, one warning line
+        mp.setitem(sys.modules, "matplotlib", None)
+        assert cli("report", out, "--bootstrap", "0") == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "matplotlib" in line]
+    assert err == ["warning: matplotlib is not installed (pip install 'angpt[plot]'): no plots"]
+    assert "Plots: matplotlib is not installed" in (out / "report.md").read_text()
 
     # A batch study in the same directory: its section joins the report.
     batch = [
@@ -628,3 +634,49 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
     assert b["critical"]["critical"] == want and f"critical batch {'>= ' if want == 512 else ''}{want}" in printed
     md = (out / "report.md").read_text()
     assert "## Batch size" in md and "## Fits" in md
+
+
+@pytest.mark.slow
+def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_plots, monkeypatch, capsys):
+    """--schedule wsd --lr-transfer through run_ladder: the smallest size's best LR is fixed at the larger sizes, the
+    second size is swept once more to check the claim, and the shorter budgets are branches."""
+    from angpt.scaling import make_ladder, run_ladder
+    from angpt.scaling.collect import collect_ladder
+
+    ladder = make_ladder(
+        data_dir,
+        arms=["gpt+"],
+        depths=[1, 2, 3],
+        aspect=16,
+        head_dim=8,
+        budgets=[1024, 2048, 4096],
+        schedule="wsd",
+        decay_shape="linear",
+        lr_transfer=True,
+        **{**TINY, "lr_grid": [1, 2]},
+        max_extensions=0,
+    )
+    out = tmp_path / "wsd"
+    result = run_ladder(ladder, out, threads=1, progress=False, command="test", bootstrap=0)
+    data = collect_ladder(out)
+    best = data.sweeps["L1_d16"]["gpt+"].best
+    for name in ("L2_d32", "L3_d48"):  # transferred: a one-point grid at the smallest size's best LR
+        plan = json.loads((out / "sizes" / name / "plan.json").read_text())
+        assert plan["lr_values"] == {"gpt+": [best]} and plan["settings"]["train.schedule"] == "wsd"
+    check = data.check["gpt+"]
+    assert check.grid == data.sweeps["L1_d16"]["gpt+"].grid  # the same grid, at the second size
+    t = result.report["ladder"]["transfer"]
+    assert t["sizes"] == ["L1_d16", "L2_d32"] and t["arms"]["gpt+"] == transfer_check(
+        data.sweeps["L1_d16"]["gpt+"], check
+    )
+    rows = {(r["size"], r["arm"]): r for r in result.report["ladder"]["lr"]}
+    assert rows[("L3_d48", "gpt+")]["transferred"] and not rows[("L1_d16", "gpt+")]["transferred"]
+    md = (out / "report.md").read_text()
+    assert "**LR transfer** (L1_d16 -> L2_d32" in md and f">{best:g}" in md
+    # The 1024- and 2048-token runs of the larger sizes are branches: their first rows are the 4096 run's.
+    from angpt.compare.store import read_rows
+
+    root = out / "sizes" / "L3_d48" / "runs" / "gpt+"
+    trunk = read_rows(root / "4096" / "seed0" / f"lr{best:g}")
+    assert read_rows(root / "2048" / "seed0" / f"lr{best:g}")[:3] == trunk[:3]
+    assert len(data.points) == 9
