@@ -10,7 +10,7 @@ from typing import Any
 from angpt.compare.plan import format_lr
 from angpt.scaling.collect import LadderData, Point
 from angpt.scaling.fit import Bootstrap, Fit, Law, bootstrap_fit, compute_multiplier, fit_law, paired_interval
-from angpt.scaling.plan import MIN_BUDGETS, MIN_SIZES, transfer_check
+from angpt.scaling.plan import MIN_BUDGETS, MIN_SIZES, chosen_lr, transfer_check
 
 PARAMS = ("E", "A", "alpha", "B", "beta")
 DERIVED = {"n_exponent": lambda law: law.n_exponent, "d_exponent": lambda law: law.d_exponent}
@@ -127,7 +127,7 @@ def _lr_table(data: LadderData) -> list[dict[str, Any]]:
                 {
                     "size": size.name,
                     "arm": a.label,
-                    "best_lr": sw.best if sw else None,
+                    "best_lr": chosen_lr(sw) if sw else None,
                     "grid": sw.grid if sw else None,
                     "at_edge": sw.at_edge if sw else None,
                     "transferred": bool(data.ladder.lr_transfer and i > 0),

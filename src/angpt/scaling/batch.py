@@ -265,6 +265,7 @@ def run_batch_study(
 def analyse_batch(out: Path) -> dict[str, Any] | None:
     """The study's losses per arm and batch (mean over seeds) and each arm's critical batch; None without a study."""
     from angpt.scaling.collect import Unfinished, settle_sweeps
+    from angpt.scaling.plan import chosen_lr
 
     path = Path(out) / BATCH_FILE
     if not path.is_file():
@@ -281,13 +282,13 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
             unfinished.append(f"batch {format_tokens(b)}: {e}")
             continue
         for a in study.arms:
-            sw = sweeps[a.label]
-            if sw.best is None:
+            lr = chosen_lr(sweeps[a.label])
+            if lr is None:
                 arms[a.label]["loss"][b] = math.inf
                 continue
             vals = []
             for s in study.seeds:
-                rec = runs.known(RunSpec(a.label, study.tokens, s, sw.best))
+                rec = runs.known(RunSpec(a.label, study.tokens, s, lr))
                 if rec is None:
                     continue
                 ok = rec["status"] == "finished" and rec.get("val_loss") is not None
@@ -295,7 +296,7 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
             if vals:
                 arms[a.label]["per_seed"][b] = vals
                 arms[a.label]["loss"][b] = sum(vals) / len(vals)
-                arms[a.label]["lr"][b] = sw.best
+                arms[a.label]["lr"][b] = lr
     for a in study.arms:
         entry = arms[a.label]
         bs = sorted(entry["loss"])

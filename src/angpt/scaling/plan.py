@@ -166,6 +166,11 @@ class Ladder:
 
 
 # -------------------------------------------------------------------------------------------- lr transfer
+def chosen_lr(sweep: SweepResult) -> float | None:
+    """The LR a compare sweep chose (None: every run diverged); the one place angpt.scaling reads that choice."""
+    return sweep.best
+
+
 def grid_step(grid: list[float]) -> float | None:
     """The grid's ratio between neighbours (the largest, for an uneven grid); None for a single point."""
     if len(grid) < 2:
@@ -179,15 +184,16 @@ def transfer_check(small: SweepResult, large: SweepResult) -> dict[str, Any]:
     The claim "tune on the smallest size, reuse it" holds at this resolution when the two best LRs are at most one
     grid step apart; a best LR at an edge of its grid, or every run diverged, leaves the check open.
     """
-    out: dict[str, Any] = {"small_lr": small.best, "large_lr": large.best, "holds": None, "steps_apart": None}
+    lr_small, lr_large = chosen_lr(small), chosen_lr(large)
+    out: dict[str, Any] = {"small_lr": lr_small, "large_lr": lr_large, "holds": None, "steps_apart": None}
     step = grid_step(large.grid) or grid_step(small.grid)
-    if small.best is None or large.best is None:
+    if lr_small is None or lr_large is None:
         out["note"] = "every LR diverged at one of the sizes"
         return out
     if step is None:
         out["note"] = "the LR was fixed, not tuned (a one-point grid)"
         return out
-    apart = abs(math.log(large.best / small.best)) / math.log(step)
+    apart = abs(math.log(lr_large / lr_small)) / math.log(step)
     out["steps_apart"] = apart
     out["grid_step"] = step
     out["holds"] = apart <= 1 + 1e-9

@@ -78,14 +78,17 @@ class LadderRun:
 
 def transferred_lrs(sweeps: dict) -> dict[str, float]:
     """Each arm's best LR at the smallest size, to reuse at every larger size."""
+    from angpt.scaling.plan import chosen_lr
+
     out = {}
     for label, sw in sweeps.items():
-        if sw.best is None:
+        lr = chosen_lr(sw)
+        if lr is None:
             raise UserError(
                 f"arm {label!r} diverged at every LR of the smallest size's sweep: there is no LR to transfer; "
                 "lower its --lr, or drop --lr-transfer"
             )
-        out[label] = sw.best
+        out[label] = lr
     return out
 
 

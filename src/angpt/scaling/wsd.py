@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,30 +44,28 @@ def decay_start(plan: Plan, spec: RunSpec) -> int:
 def seed_branches(runner: Runner, specs: list[RunSpec]) -> list[RunSpec]:
     """Give every shorter-budget run in `specs` the longest run's checkpoint at its decay start; returns the seeded.
 
-    Called by compare.run_comparison after the sweeps (its `before_main` hook), with the size's main runs. Runs
-    already finished or already holding a checkpoint are left as they are, so re-running resumes.
+    Called by compare.run_comparison after the sweeps (its `before_main` hook), with the size's main runs (any
+    subset works: the trunk is the plan's largest budget). Runs already finished or already holding a checkpoint are
+    left as they are, so re-running resumes.
     """
     from angpt.train import checkpoint as ckpt
 
     plan, report_dir = runner.plan, runner.report_dir
-    chains: dict[tuple[str, int, float], list[int]] = defaultdict(list)
-    for s in specs:
-        chains[(s.arm, s.seed, s.lr)].append(s.budget)
+    longest = plan.budgets[-1]  # the trunk: `specs` may be any subset of the size's runs (one budget's, say)
     seeded = []
-    for (arm, seed, lr), budgets in chains.items():
-        budgets = sorted(budgets)
-        longest = RunSpec(arm, budgets[-1], seed, lr)
-        for b in budgets[:-1]:
-            spec = RunSpec(arm, b, seed, lr)
-            branch_dir = plan.run_dir(report_dir, plan.arm(arm), b, seed, lr)
-            if runner.known(spec) is not None or ckpt.list_checkpoints(branch_dir):
-                continue
-            step = decay_start(plan, spec)
-            point = _advance(runner, longest, step) if step > 0 else None
-            if point is None:
-                continue  # trained from scratch by the runner: the same run
-            _copy_branch(point, plan.run_dir(report_dir, plan.arm(arm), longest.budget, seed, lr), branch_dir, step)
-            seeded.append(spec)
+    for spec in sorted(specs, key=lambda s: s.budget):  # a trunk advances only forwards: shortest branch first
+        if spec.budget == longest:
+            continue
+        branch_dir = plan.run_dir(report_dir, plan.arm(spec.arm), spec.budget, spec.seed, spec.lr)
+        if runner.known(spec) is not None or ckpt.list_checkpoints(branch_dir):
+            continue
+        step = decay_start(plan, spec)
+        trunk = RunSpec(spec.arm, longest, spec.seed, spec.lr)
+        point = _advance(runner, trunk, step) if step > 0 else None
+        if point is None:
+            continue  # trained from scratch by the runner: the same run
+        _copy_branch(point, plan.run_dir(report_dir, plan.arm(spec.arm), longest, spec.seed, spec.lr), branch_dir, step)
+        seeded.append(spec)
     return seeded
 
 
