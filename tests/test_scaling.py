@@ -12,6 +12,7 @@ import pytest
 from angpt.compare.sweep import SweepResult
 from angpt.errors import ConfigError, UserError
 from angpt.scaling import Law, bootstrap_fit, compute_multiplier, critical_batch, dial_shapes, fit_law, transfer_check
+from angpt.scaling.plan import chosen_lr
 
 TRUE = Law(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
 TINY = dict(preset="tiny", batch_tokens=512, eval_batches=2, eval_points=2, dtype="fp32", lr_grid=[1])
@@ -301,7 +302,7 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
     # the 8-step run and the 4-step branch's 1-step decay; seed 1: the 8-step run and both branches' 1-step decays.
     assert len(steps) == (2 + 8 + 1) + (8 + 1 + 1)
     arm = plan.arms[0]
-    lr = report.sweeps[arm.label].best
+    lr = chosen_lr(report.sweeps[arm.label])
     for seed, budget, start in ((0, 2048, 3), (1, 1024, 1), (1, 2048, 3)):
         branch = plan.run_dir(out, arm, budget, seed, lr)
         trunk = read_rows(plan.run_dir(out, arm, 4096, seed, lr))
@@ -659,7 +660,7 @@ def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_pl
     out = tmp_path / "wsd"
     result = run_ladder(ladder, out, threads=1, progress=False, command="test", bootstrap=0)
     data = collect_ladder(out)
-    best = data.sweeps["L1_d16"]["gpt+"].best
+    best = chosen_lr(data.sweeps["L1_d16"]["gpt+"])
     for name in ("L2_d32", "L3_d48"):  # transferred: a one-point grid at the smallest size's best LR
         plan = json.loads((out / "sizes" / name / "plan.json").read_text())
         assert plan["lr_values"] == {"gpt+": [best]} and plan["settings"]["train.schedule"] == "wsd"
