@@ -10,15 +10,11 @@ import sys
 from angpt.errors import UserError
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 # -------------------------------------------------------------------------------------------------- info
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
-    from angpt.models import PRESETS, build_model, describe_constants, make_config, registry
+    from angpt.models import PRESETS, build_model, describe_constants, make_config, model_from_config, registry
 
     if args.preset is None:
         print(f"presets (parameters of {registry.BASELINE}):")
@@ -36,8 +32,16 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  {name:<13} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
         print("a config and its constants: angpt info --arch angpt --preset demo")
         return 0
+    from angpt.models.laurel import laurel_params
+
     cfg = make_config(args.arch, args.preset, **_parse_overrides(args.set or []))
-    print(json.dumps({"config": cfg.to_dict(), "constants": describe_constants(cfg)}, indent=2, default=str))
+    with torch.device("meta"):  # shapes only
+        model = model_from_config(cfg)
+    params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
+    if cfg.laurel_parts:
+        params["laurel"] = laurel_params(model)
+    out = {"config": cfg.to_dict(), "constants": describe_constants(cfg), "params": params}
+    print(json.dumps(out, indent=2, default=str))
     return 0
 
 
@@ -245,8 +249,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from angpt.train.dist import pick_device
 
         pick_device(args.device)  # a one-line error for a device this machine lacks
+    from angpt.compare.plan import split_arms
+
     rows = bench_step(
-        _csv(args.arch),
+        split_arms(args.arch),
         args.preset,
         batch_size=args.batch_size,
         seq_len=args.seq_len,
@@ -364,7 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="side-by-side benchmarks (step: training step and folded inference)", allow_abbrev=False
     )
     s.add_argument("what", choices=["step"])
-    s.add_argument("--arch", default="gpt+,ngpt,angpt", help="comma-separated; ratios are against the first")
+    s.add_argument(
+        "--arch",
+        default="gpt+,ngpt,angpt",
+        help="comma-separated arms, e.g. gpt+,gpt+[laurel=lr] (as in compare); ratios are against the first",
+    )
     s.add_argument("--preset", default="demo")
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--seq-len", type=int, default=None)

@@ -9,6 +9,8 @@ What each architecture becomes (``format="auto"``):
 * nGPT and anGPT -> folded (``angpt.fold_for_inference``) into the self-contained ``AngptFoldedForCausalLM``
   (hf/modeling_angpt.py, copied beside the weights; ``config.json`` carries an ``auto_map``), loadable with
   ``trust_remote_code=True`` where angpt is not installed, and without it once :func:`register` has run.
+* Any model with LAUREL (``model.laurel``) -> the same folded class: GPT+ / GPT / LN-scaling with LAUREL as its
+  "prenorm" form (pre-norms kept, LAUREL's weights folded in), anGPT with LAUREL's terms in its update.
 * DyT has no transformers equivalent and no folded class: exporting it is a UserError.
 
 An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
@@ -88,6 +90,8 @@ def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
             "DyT models have no Hugging Face equivalent (tanh in place of RMSNorm) and cannot be exported; "
             "export a GPT+ (norm=rmsnorm) or an nGPT / anGPT model"
         )
+    elif cfg.laurel_parts:  # Qwen3 and Llama have no LAUREL: GPT+ with it is our folded class's "prenorm" form
+        natural = "folded"
     else:
         natural = "qwen3" if cfg.qk_norm else "llama"
     if format != "auto" and format != natural:
@@ -260,7 +264,7 @@ def _gpt_files(model: GPT, cfg: ModelConfig, fmt: str):
 
 
 def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
-    """Folded state dict and AngptFoldedConfig of an nGPT / anGPT model; copies the modelling file into `tmp`."""
+    """Folded state dict and AngptFoldedConfig of an nGPT / anGPT / LAUREL model; copies the modelling file in."""
     from angpt.hf import modeling_angpt
 
     folded = model if isinstance(model, FoldedLM) else fold_for_inference(model)
@@ -277,6 +281,11 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
         qk_unit=folded.blocks[0].q_gain is not None,
         position_scale=folded.has_att_scale,
         hidden_act=cfg.activation,
+        qk_norm=folded.blocks[0].q_norm is not None,
+        norm_eps=cfg.norm_eps,
+        softmax_scale=folded.blocks[0].scale,
+        laurel_rank=cfg.laurel_rank if "lr" in cfg.laurel_parts else 0,
+        laurel_pa_depth=cfg.laurel_pa_depth if "pa" in cfg.laurel_parts else 0,
     )
     hf_config.architectures = ["AngptFoldedForCausalLM"]
     stem = Path(MODELING_FILE).stem

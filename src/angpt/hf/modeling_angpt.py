@@ -1,4 +1,5 @@
-"""Folded nGPT / anGPT as Hugging Face transformers classes (self-contained: imports only torch and transformers).
+"""Folded nGPT / anGPT (and GPT+ with LAUREL) as Hugging Face transformers classes (self-contained: imports only
+torch and transformers).
 
 `angpt.hf.export.export_hf` copies this file beside the weights of an exported nGPT or anGPT, and config.json's
 `auto_map` points at it, so that
@@ -15,6 +16,11 @@ in the weights, and the parameter names are FoldedLM's, so its state dict loads 
     anGPT: h = r_A * h + W_p o;                  h = r_M * h + W_d (u * silu(z)),  [u; z] = W_uz h
     nGPT:  h = Norm(r_A * h + b_A * Norm(W_p o)); h = Norm(r_M * h + b_M * Norm(W_d (u * silu(z))))
     logits = W_out h
+
+GPT+ with LAUREL ("prenorm") is the Qwen3 block with anGPT's update: h = r_A * h + Attn(RMSNorm(h)) (QK-norm: RMSNorm
+of q, k before RoPE, the usual softmax scale), then the MLP likewise, and a final RMSNorm before W_out. With LAUREL
+(angpt/models/laurel.py) each update adds B A h + sum_j gamma_j * x_{i-j}, where x_i is the input of residual
+connection i (2l: layer l's attention, 2l + 1: its MLP) and gamma_j a vector per channel.
 
 Positions come from `position_ids` (what `generate` derives from the attention mask), so a left-padded row sees
 the same RoPE angles and the same per-position factor c[t] as when it is run alone.
@@ -39,9 +45,12 @@ MODEL_TYPE = "angpt_folded"
 class AngptFoldedConfig(PretrainedConfig):
     """Shape and form of a folded model.
 
-    `residual` is "normalized" (h = Norm(r h + b Norm(x)) after each sub-layer x: nGPT) or "scaled"
-    (h = r h + x: anGPT); `qk_unit` says whether q and k are normalised per head; `position_scale` whether attention
-    outputs carry a per-position factor (anGPT's nu_att); `arch` only records what was exported.
+    `residual` is "normalized" (h = Norm(r h + b Norm(x)) after each sub-layer x: nGPT), "scaled"
+    (h = r h + x: anGPT) or "prenorm" (h = r h + x with x = f(RMSNorm(h)): GPT+); `qk_unit` says whether q and k are
+    normalised per head, `qk_norm` whether they get a per-head RMSNorm (GPT+); `position_scale` whether attention
+    outputs carry a per-position factor (anGPT's nu_att); `softmax_scale` is SDPA's scale (1 where it is folded into
+    q's gain); `laurel_rank` and `laurel_pa_depth` are LAUREL's rank and depth (0: that part is off); `arch` only
+    records what was exported.
     """
 
     model_type = MODEL_TYPE
@@ -61,6 +70,11 @@ class AngptFoldedConfig(PretrainedConfig):
         qk_unit: bool = True,
         position_scale: bool = False,
         hidden_act: str = "silu",
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        softmax_scale: float = 1.0,
+        laurel_rank: int = 0,
+        laurel_pa_depth: int = 0,
         tie_word_embeddings: bool = False,
         use_cache: bool = True,
         **kwargs,
@@ -83,6 +97,11 @@ class AngptFoldedConfig(PretrainedConfig):
         self.qk_unit = bool(qk_unit)
         self.position_scale = bool(position_scale)
         self.hidden_act = hidden_act
+        self.qk_norm = bool(qk_norm)
+        self.norm_eps = float(norm_eps)
+        self.softmax_scale = float(softmax_scale)
+        self.laurel_rank = int(laurel_rank)
+        self.laurel_pa_depth = int(laurel_pa_depth)
         self.use_cache = use_cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
@@ -102,6 +121,40 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable gain, computed in fp32 (as angpt's and Qwen3's)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight.to(x.dtype)
+
+
+class Laurel(nn.Module):
+    """LAUREL's terms in a residual update (folded): B A h + sum_{j=1..min(i,k)} gamma_j * x_{i-j}; stores x_i = h."""
+
+    def __init__(self, config: AngptFoldedConfig, index: int) -> None:
+        super().__init__()
+        d, r, k = config.hidden_size, config.laurel_rank, config.laurel_pa_depth
+        self.index, self.pa = index, k > 0
+        self.A = nn.Parameter(torch.zeros(r, d)) if r else None
+        self.B = nn.Parameter(torch.zeros(d, r)) if r else None
+        n = min(index, k)  # connection i < k has only i earlier states (connection 0 none)
+        self.gamma = nn.Parameter(torch.zeros(n, d)) if n else None
+
+    def forward(self, h: torch.Tensor, states: dict) -> torch.Tensor:
+        out = 0 if self.A is None else F.linear(F.linear(h, self.A), self.B).to(h.dtype)
+        if self.pa:
+            states[self.index] = h
+        if self.gamma is not None:
+            gamma = self.gamma.to(h.dtype)
+            out = out + sum(g * states[self.index - j] for j, g in enumerate(gamma, start=1))
+        return out
+
+
 class AngptFoldedBlock(nn.Module):
     """Attention and MLP of a folded block; subclasses say how each sub-layer's output x updates h."""
 
@@ -109,62 +162,92 @@ class AngptFoldedBlock(nn.Module):
         super().__init__()
         d, dff, H = config.hidden_size, config.intermediate_size, config.num_attention_heads
         self.layer_idx, self.n_heads, self.d_ff = layer_idx, H, dff
+        self.scale = config.softmax_scale
         self.act = ACTIVATIONS[config.hidden_act]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]: value branch, then gate
         self.down = nn.Linear(dff, d, bias=False)
         self.q_gain = nn.Parameter(torch.ones(H, 1, d // H)) if config.qk_unit else None
+        self.q_norm = RMSNorm(d // H, config.norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(d // H, config.norm_eps) if config.qk_norm else None
         self.res_A = nn.Parameter(torch.ones(d))
         self.res_M = nn.Parameter(torch.ones(d))
+        laurel = config.laurel_rank or config.laurel_pa_depth
+        self.laurel_A = Laurel(config, 2 * layer_idx) if laurel else None
+        self.laurel_M = Laurel(config, 2 * layer_idx + 1) if laurel else None
 
-    def _update(self, h, x, res, branch):
+    def _update(self, h, x, res, branch, laurel, states):
         raise NotImplementedError
 
-    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache):
-        B, T, _ = h.shape
-        q, k, v = self.qkv(h).view(B, T, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)
+    def attention(self, x, cos, sin, mask, is_causal, att_scale, cache):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         if self.q_gain is not None:
-            q, k = self.q_gain.to(h.dtype) * _unit(q), _unit(k)
+            q, k = self.q_gain.to(x.dtype) * _unit(q), _unit(k)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=1.0)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale)
         if att_scale is not None:
             o = o * att_scale.to(o.dtype)
-        h = self._update(h, self.proj(o.transpose(1, 2).reshape(B, T, -1)), self.res_A, self.branch_A)
-        u, z = self.up(h).split(self.d_ff, dim=-1)
-        return self._update(h, self.down(u * self.act(z)), self.res_M, self.branch_M)
+        return self.proj(o.transpose(1, 2).reshape(B, T, -1))
+
+    def mlp(self, x):
+        u, z = self.up(x).split(self.d_ff, dim=-1)
+        return self.down(u * self.act(z))
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache, states):
+        x = self.attention(h, cos, sin, mask, is_causal, att_scale, cache)
+        h = self._update(h, x, self.res_A, self.branch_A, self.laurel_A, states)
+        return self._update(h, self.mlp(h), self.res_M, self.branch_M, self.laurel_M, states)
 
 
 class ScaledResidualBlock(AngptFoldedBlock):
-    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows)."""
+    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows), plus LAUREL's terms."""
 
     branch_A = branch_M = None
 
-    def _update(self, h, x, res, branch):
-        return torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))
+    def _update(self, h, x, res, branch, laurel, states):
+        out = torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))
+        return out if laurel is None else out + laurel(h, states)
+
+
+class PreNormBlock(ScaledResidualBlock):
+    """GPT+ with LAUREL: the scaled update after each sub-layer of RMSNorm(h)."""
+
+    def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.attn_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.norm_eps)
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache, states):
+        x = self.attention(self.attn_norm(h), cos, sin, mask, is_causal, att_scale, cache)
+        h = self._update(h, x, self.res_A, self.branch_A, self.laurel_A, states)
+        return self._update(h, self.mlp(self.mlp_norm(h)), self.res_M, self.branch_M, self.laurel_M, states)
 
 
 class NormalizedResidualBlock(AngptFoldedBlock):
-    """nGPT: h = Norm(r h + b Norm(x)), its exact norms kept."""
+    """nGPT: h = Norm(r h + b Norm(x)), its exact norms kept (no LAUREL)."""
 
     def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx)
         self.branch_A = nn.Parameter(torch.ones(config.hidden_size))
         self.branch_M = nn.Parameter(torch.ones(config.hidden_size))
 
-    def _update(self, h, x, res, branch):
+    def _update(self, h, x, res, branch, laurel, states):
         return _unit(torch.addcmul(h * res.to(h.dtype), _unit(x.to(h.dtype)), branch.to(h.dtype)))
 
 
-BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock}
+BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock, "prenorm": PreNormBlock}
 
 
 class AngptFoldedPreTrainedModel(PreTrainedModel):
     config_class = AngptFoldedConfig
     base_model_prefix = "angpt"
-    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock"]
+    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock", "PreNormBlock"]
     _skip_keys_device_placement = ["past_key_values"]
     _supports_sdpa = True
 
@@ -178,7 +261,7 @@ class AngptFoldedPreTrainedModel(PreTrainedModel):
 
 
 class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
-    """Folded nGPT / anGPT language model with a Hugging Face `Cache` (DynamicCache) for `generate`."""
+    """Folded nGPT / anGPT (or GPT+ with LAUREL) language model with a Hugging Face `Cache` for `generate`."""
 
     def __init__(self, config: AngptFoldedConfig) -> None:
         super().__init__(config)
@@ -186,6 +269,7 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
         block = BLOCKS[config.residual]
         self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.final_norm = RMSNorm(config.hidden_size, config.norm_eps) if config.residual == "prenorm" else None
         if config.position_scale:
             # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
             self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
@@ -276,8 +360,11 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
 
         cos, sin = self._rope_tables(position_ids)
         att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
+        states: dict = {}  # LAUREL-PA: the input of every residual connection so far, in this forward
         for block in self.blocks:
-            h = block(h, cos, sin, mask, is_causal, att_scale, cache)
+            h = block(h, cos, sin, mask, is_causal, att_scale, cache, states)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
 
         if isinstance(logits_to_keep, int):
             h_out = h[:, -logits_to_keep:] if logits_to_keep > 0 else h

@@ -14,6 +14,7 @@ from torch import nn
 from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
+from angpt.models.laurel import ApproxLaurel, connection
 from angpt.models.layers import ACTIVATIONS, Scale, attend, merge_heads, scaled_linear, split_heads, unit_qk
 from angpt.models.ngpt import SphereLM, _alpha
 
@@ -27,6 +28,17 @@ def approx_residual(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, nu_w
     """
     n = nu_lerp(alpha)
     return torch.addcmul(scaled_linear(x, weight, n * alpha * nu_w).to(h.dtype), h, (n * (1 - alpha)).to(h.dtype))
+
+
+class ApproxResidual(nn.Module):
+    """anGPT's residual update as a connection object (`approx_residual`); LAUREL's is models/laurel.py's."""
+
+    def forward(self, h, x, weight, nu_w, alpha, ctx) -> torch.Tensor:
+        return approx_residual(h, x, weight, nu_w, alpha)
+
+    def factors(self, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(nu, c_h, c_A) of h <- nu (c_A h_A + c_h h), as ApproxLaurel.factors: (nu(a), 1 - a, a)."""
+        return nu_lerp(alpha), 1 - alpha, alpha
 
 
 class ANGPTBlock(Block):
@@ -51,6 +63,9 @@ class ANGPTBlock(Block):
 
         self.alpha_A = _alpha(cfg)
         self.alpha_M = _alpha(cfg)
+        # the residual updates: approx_residual, or with LAUREL's terms (models/laurel.py)
+        self.residual_A = connection(cfg, 2 * layer, ApproxResidual, ApproxLaurel)
+        self.residual_M = connection(cfg, 2 * layer + 1, ApproxResidual, ApproxLaurel)
 
     def uz_rows(self) -> torch.Tensor:
         """[nu_uz] * d_ff for u's rows, then nu_uz c_z for z's rows."""
@@ -75,7 +90,7 @@ class ANGPTBlock(Block):
         # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h))
         if self.recorder is not None:
             self.record(attn_out=o, h_A=scaled_linear(merge_heads(o), self.proj.weight, nu.nu_p))
-        h = approx_residual(h, merge_heads(o), self.proj.weight, nu.nu_p, self.alpha_A())
+        h = self.residual_A(h, merge_heads(o), self.proj.weight, nu.nu_p, self.alpha_A(), ctx)
         # u = nu_uz W_u h;  z = nu_uz c_z W_z h
         u, z = scaled_linear(h, self.up.weight, self.uz_rows()).split(self.d_ff, dim=-1)
         # m = nu_act u silu(z);  h_M = nu_d W_d m = (nu_d nu_act) W_d (u silu(z))
@@ -83,13 +98,14 @@ class ANGPTBlock(Block):
         if self.recorder is not None:
             self.record(h_M=scaled_linear(m, self.down.weight, nu.nu_act * nu.nu_d))
         # h = nu(a_M) (h + a_M (h_M - h))
-        h = approx_residual(h, m, self.down.weight, nu.nu_act * nu.nu_d, self.alpha_M())
+        h = self.residual_M(h, m, self.down.weight, nu.nu_act * nu.nu_d, self.alpha_M(), ctx)
         self.record(h=h)
         return h
 
 
 class ANGPT(SphereLM):
     weight_constraint = "bounded"
+    supports_laurel = True  # LAUREL's A, B are not constrained: not unit maps (docs/architectures.md#laurel)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ class Context:
     cache: KVCache | None
     att_scale: torch.Tensor | None = None  # anGPT's per-position attention factor, [T_max, 1]
     offsets: torch.Tensor | None = None  # [B] left padding per row (from the cache): positions shift back by it
+    states: dict[int, torch.Tensor] = field(default_factory=dict)  # LAUREL-PA: residual connection i -> its input
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         """RoPE at this forward's positions."""
@@ -62,6 +63,7 @@ class LanguageModel(nn.Module):
     unit_qk: bool = False
     weight_constraint: str = "none"
     checkpoint_blocks: bool = False  # recompute each block in backward (set by train.dist.parallelize)
+    supports_laurel: bool = False  # whether `model.laurel` may be set (models/laurel.py)
 
     @classmethod
     def default_softmax_scale(cls, cfg: ModelConfig) -> float:

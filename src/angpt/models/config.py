@@ -22,6 +22,9 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "gate_scale": ("fixed", "learnable"),
     "weight_constraint": ("auto", "unit", "bounded", "none"),
     "activation": ("silu", "gelu"),
+    "laurel": ("none", "rw", "lr", "pa", "rw+lr", "rw+lr+pa"),
+    "laurel_rw_shape": ("scalar", "vector"),
+    "laurel_rw_bound": ("softmax", "sigmoid"),
 }
 
 
@@ -69,6 +72,14 @@ class ModelConfig:
     mc_samples: int = 1 << 20
     mc_seed: int = 0
 
+    # LAUREL on every residual connection (docs/architectures.md#laurel; GPT+ family and anGPT): its parts
+    # rw (residual weights), lr (low rank, rank laurel_rank), pa (previous activations, depth laurel_pa_depth).
+    laurel: str = "none"
+    laurel_rank: int = 32
+    laurel_pa_depth: int = 3
+    laurel_rw_shape: str = "scalar"  # (alpha, beta) per connection, or one pair per channel ("vector", in R^d)
+    laurel_rw_bound: str = "softmax"  # (alpha, beta) = 2 softmax(w); "sigmoid": 2 sigmoid(w) each
+
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -83,6 +94,11 @@ class ModelConfig:
     def ffn_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
+    @property
+    def laurel_parts(self) -> frozenset[str]:
+        """The LAUREL parts switched on: a subset of {"rw", "lr", "pa"} (empty for "none")."""
+        return frozenset() if self.laurel == "none" else frozenset(self.laurel.split("+"))
+
     def scale_or_default(self, value: float | None) -> float:
         """A reparameterisation scale, where None means 1/sqrt(d_model)."""
         return value if value is not None else 1.0 / math.sqrt(self.d_model)
@@ -95,7 +111,8 @@ class ModelConfig:
                 raise ConfigError(
                     f"model.{name}={value!r} is not a valid choice; use one of: {', '.join(map(str, choices))}"
                 )
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "context_length", "mc_samples"):
+        positive_ints = ("vocab_size", "d_model", "n_layers", "n_heads", "context_length", "mc_samples")
+        for name in positive_ints + ("laurel_rank", "laurel_pa_depth"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive integer")
@@ -105,6 +122,11 @@ class ModelConfig:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 f"choose n_heads dividing d_model (e.g. {_divisor_hint(self.d_model, self.n_heads)})"
+            )
+        if "lr" in self.laurel_parts and self.laurel_rank > self.d_model:
+            raise ConfigError(
+                f"model.laurel_rank={self.laurel_rank} exceeds model.d_model={self.d_model}; "
+                "choose a rank between 1 and d_model (LAUREL uses 32-64)"
             )
         if self.head_dim % 2:
             raise ConfigError(

@@ -4,7 +4,8 @@ See docs/architectures.md#gpt-baseline.
 
 `qk_norm=False` is plain GPT; `norm="dyt"` replaces every RMSNorm by DyT (Zhu et al. 2025); `norm="ln_scaling"`
 multiplies the output of each pre-norm of layer l by 1/sqrt(l) (Sun et al. 2025). At equal config this is
-transformers' Qwen3 block (RMSNorm, QK-norm before RoPE, SwiGLU, no biases).
+transformers' Qwen3 block (RMSNorm, QK-norm before RoPE, SwiGLU, no biases). `laurel` replaces each residual
+connection by LAUREL's (models/laurel.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import nn
 
 from angpt.models.base import Block, Context, LanguageModel
 from angpt.models.config import ModelConfig
+from angpt.models.laurel import connection
 from angpt.models.layers import ACTIVATIONS, DyT, RMSNorm, attend, merge_heads, split_heads
 
 
@@ -41,6 +43,9 @@ class GPTBlock(Block):
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z], the value and gate branches of SwiGLU
         self.down = nn.Linear(dff, d, bias=False)
         self.act = ACTIVATIONS[cfg.activation]
+        # the residual connections: h + f(h), or LAUREL's (models/laurel.py)
+        self.residual_A = connection(cfg, 2 * layer)
+        self.residual_M = connection(cfg, 2 * layer + 1)
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         # h = h + Attn(Norm(h))
@@ -53,18 +58,20 @@ class GPTBlock(Block):
         self.record(attn_out=o)
         h_a = self.proj(merge_heads(o))
         self.record(h_A=h_a)
-        h = h + h_a
+        h = self.residual_A(h, h_a, ctx)
         # h = h + MLP(Norm(h)), MLP = W_d (u * silu(z))
         u, z = self.up(self.mlp_norm(h)).split(self.d_ff, dim=-1)
         h_m = self.down(u * self.act(z))
         self.record(h_M=h_m)
-        h = h + h_m
+        h = self.residual_M(h, h_m, ctx)
         self.record(h=h)
         return h
 
 
 class GPT(LanguageModel):
-    """GPT+ / GPT / DyT / LN-scaling, by config."""
+    """GPT+ / GPT / DyT / LN-scaling, by config; any of them with LAUREL."""
+
+    supports_laurel = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -77,12 +84,15 @@ class GPT(LanguageModel):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         std = self.config.init_std
-        for p in self.matrices():
-            p.normal_(0.0, std)
+        for m in self.modules():  # every linear map and the embedding; LAUREL's own init draws nothing
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                m.weight.normal_(0.0, std)
         out_std = std / math.sqrt(2 * self.config.n_layers)  # residual-branch outputs (GPT-2 scheme)
         for block in self.blocks:
             block.proj.weight.normal_(0.0, out_std)
             block.down.weight.normal_(0.0, out_std)
+            block.residual_A.reset_parameters()
+            block.residual_M.reset_parameters()
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.final_norm(h))

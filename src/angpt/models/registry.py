@@ -25,7 +25,7 @@ from angpt.models.angpt import ANGPT
 from angpt.models.base import LanguageModel
 from angpt.models.config import PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
-from angpt.models.folded import FoldedANGPT, FoldedLM, FoldedNGPT
+from angpt.models.folded import FoldedANGPT, FoldedGPT, FoldedLM, FoldedNGPT
 from angpt.models.gpt import GPT
 from angpt.models.ngpt import NGPT
 
@@ -61,9 +61,9 @@ class ArchSpec:
     model: type[LanguageModel]
     summary: str
     recipe: Recipe
-    export: str  # "native": Qwen3 / Llama by config (hf/export.py); "folded": our folded custom class
+    export: str  # "native": Qwen3 / Llama by config (hf/export.py), or folded with LAUREL; "folded": always folded
     config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
-    folded: type[FoldedLM] | None = None  # the inference form with constants folded in (None: nothing to fold)
+    folded: type[FoldedLM] | None = None  # the inference form with constants (and LAUREL's weights) folded in
     constants: Callable[[ModelConfig], dict[str, Any]] | None = None  # extra lines for `angpt info`
 
     @property
@@ -83,6 +83,8 @@ class ArchSpec:
         }
         if self.constants is not None:
             out.update(self.constants(cfg))
+        if cfg.laurel_parts:
+            out["laurel"] = f"{cfg.laurel} on each of the {2 * cfg.n_layers} residual connections"
         return out
 
 
@@ -149,7 +151,11 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
     base.update(spec.config)
     base["arch"] = arch
     base.update(overrides)
-    return ModelConfig.from_dict(base)
+    cfg = ModelConfig.from_dict(base)
+    if cfg.laurel != "none" and not spec.model.supports_laurel:
+        with_laurel = ", ".join(name for name, s in ARCHITECTURES.items() if s.model.supports_laurel)
+        raise ConfigError(f"model.laurel={cfg.laurel!r} is not available for {arch}; LAUREL runs on: {with_laurel}")
+    return cfg
 
 
 def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
@@ -205,6 +211,7 @@ register(
         _GPT_RECIPE,
         export="native",
         config={"qk_norm": False},
+        folded=FoldedGPT,
         constants=lambda cfg: {"init_std": cfg.init_std},
     )
 )
@@ -215,6 +222,7 @@ register(
         "pre-norm Transformer with QK-norm (Qwen3 block); the paper's baseline",
         _GPT_RECIPE,
         export="native",
+        folded=FoldedGPT,
         constants=lambda cfg: {"init_std": cfg.init_std},
     )
 )
