@@ -11,7 +11,7 @@ import angpt
 from angpt.errors import ConfigError
 from angpt.infer import generate
 from angpt.models.base import Context
-from angpt.models.laurel import Laurel, laurel_params
+from angpt.models.laurel import ApproxLaurel, Laurel, laurel_params
 
 VARIANTS = ["rw", "lr", "pa", "rw+lr", "rw+lr+pa"]
 ARCHS = ["gpt+", "angpt"]
@@ -172,6 +172,32 @@ def test_activation_checkpointing_gives_the_same_gradients(arch):
 
 
 # --------------------------------------------------------------------------------------------- anGPT's norm
+def test_angpt_factor_is_the_expected_norm_under_its_assumptions():
+    """The derivation (docs/architectures.md#laurel-on-angpt) checked by sampling: unit h uniform on the sphere, an
+    independent unit branch output h_X, the earlier states equal to h: then E||y||^2 = 1 for any a, w, B, A, gamma,
+    here with B A = 0.5 * (the projection onto A's rows) + noise, whose diagonal the factor must count."""
+    torch.manual_seed(0)
+    d, N = 256, 8192
+    cfg = angpt.make_config("angpt", "tiny", d_model=d, n_heads=4, laurel="rw+lr+pa", laurel_rw_shape="vector")
+    conn = ApproxLaurel(cfg, index=5)
+    r = conn.A.shape[0]
+    with torch.no_grad():
+        conn.w.normal_(0, 0.5)
+        conn.B.copy_(0.5 * r * r * conn.A.t() + 0.3 * torch.randn(d, r))  # A^T A = P / r^2
+        conn.gamma.copy_(torch.tensor([0.3, 0.1, 0.2]))
+    a = 0.05 + 0.25 * torch.rand(d)
+    h = torch.nn.functional.normalize(torch.randn(N, d), dim=-1)
+    h_X = torch.nn.functional.normalize(torch.randn(N, d), dim=-1)
+    ctx = Context(None, 0, None)
+    ctx.states.update({j: h for j in range(5)})
+    with torch.no_grad():
+        y = conn(h, h_X, torch.eye(d), 1.0, a, ctx)
+        c_h, c_A = conn.factors(a)[1:]
+        raw = c_A * h_X + c_h * (h + h @ conn.A.T @ conn.B.T) + 0.6 * h  # the same update without nu
+    assert y.pow(2).sum(-1).mean().item() == pytest.approx(1.0, abs=0.02)
+    assert raw.pow(2).sum(-1).mean().item() > 1.5  # what nu corrects
+
+
 @pytest.mark.parametrize(
     "variant,energy,gamma,w", [("lr", 0.25, 0, 0), ("pa", 0, 0.2, 0), ("rw+lr+pa", 0.03, 0.1, 0.3)]
 )
