@@ -28,11 +28,11 @@ def build(arch, **overrides):
     return angpt.build_model(arch, "tiny", **overrides)
 
 
-def train_steps(model, steps=4, lr=0.02):
+def train_steps(model, steps=4, lr=0.02, forward=None):
     opt, _ = angpt.make_optimizer(model, lr=lr, max_steps=steps, warmup_steps=0)
     for i in range(steps):
         x = tokens(4, 33, seed=i)
-        model(x[:, :-1], x[:, 1:])[1].backward()
+        (model if forward is None else forward)(x[:, :-1], x[:, 1:])[1].backward()
         opt.step()
         opt.zero_grad()
     return model
@@ -169,6 +169,22 @@ def test_activation_checkpointing_gives_the_same_gradients(arch):
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for n in grads[0]:
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-5), n
+
+
+@pytest.mark.slow
+def test_compiled_training_is_one_graph_and_matches_eager():
+    """PA's state dict is written inside the forward: still one graph (aot_eager, as tests/test_compile.py); ~8 s,
+    anGPT's form only (GPT+'s shares `previous` and the states)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model, eager = build("angpt", laurel="rw+lr+pa"), build("angpt", laurel="rw+lr+pa")
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        train_steps(model, steps=3, forward=compiled)
+    train_steps(eager, steps=3)
+    for a, b in zip(model.parameters(), eager.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------- anGPT's norm
