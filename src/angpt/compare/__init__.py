@@ -91,6 +91,8 @@ def run_comparison(
     dry_run: bool = False,
     progress: bool = True,
     command: str | None = None,
+    sample: str | None = None,
+    sample_tokens: int = 80,
 ) -> Report:
     """Run (or resume) a comparison and write its report into `report_dir`.
 
@@ -98,7 +100,8 @@ def run_comparison(
     then every arm x budget x seed at the arm's best LR, then report.md, report.json and the plots. Finished
     runs are skipped, interrupted ones resumed. `jobs` runs go in parallel processes, each with `threads` torch
     threads (default: cores // jobs). A `report_dir` holding another plan is refused (UserError) untouched.
-    `dry_run` prints the planned runs and a measured time estimate and writes nothing.
+    `dry_run` prints the planned runs and a measured time estimate and writes nothing. `sample` (a prompt) ends
+    the report with each arm's continuation of it (`sample_tokens` tokens at most).
     """
     from angpt.compare.estimate import describe_dry_run
     from angpt.compare.runner import cpu_cores
@@ -121,10 +124,29 @@ def run_comparison(
     with report_lock(report_dir):
         if not exists:
             write_json(report_dir / PLAN_FILE, plan.to_dict())
-        return _run_locked(plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command)
+        return _run_locked(
+            plan,
+            report_dir,
+            jobs=jobs,
+            threads=threads,
+            progress=progress,
+            command=command,
+            sample=sample,
+            sample_tokens=sample_tokens,
+        )
 
 
-def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: bool, command: str) -> Report:
+def _run_locked(
+    plan: Plan,
+    report_dir: Path,
+    *,
+    jobs: int,
+    threads: int,
+    progress: bool,
+    command: str,
+    sample: str | None,
+    sample_tokens: int,
+) -> Report:
     from angpt.compare.progress import Progress, token_counts
     from angpt.compare.report import write_report
     from angpt.compare.runner import Runner
@@ -143,7 +165,17 @@ def _run_locked(plan: Plan, report_dir: Path, *, jobs: int, threads: int, progre
         raise
     finally:
         bar.close()
-    data, files = write_report(plan, report_dir, sweeps, runner.records, command=command, jobs=jobs, threads=threads)
+    data, files = write_report(
+        plan,
+        report_dir,
+        sweeps,
+        runner.records,
+        command=command,
+        jobs=jobs,
+        threads=threads,
+        sample=sample,
+        sample_tokens=sample_tokens,
+    )
     return Report(
         report_dir=report_dir,
         plan=plan,

@@ -112,6 +112,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from angpt.compare import run_comparison
 
     plan = plan_from_args(args)
+    if args.sample_tokens < 1:
+        raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
     command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
     report = run_comparison(
         plan,
@@ -121,6 +123,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         progress=not args.quiet,
         command=command,
+        sample=args.sample,
+        sample_tokens=args.sample_tokens,
     )
     if report.dry_run:
         print(report.estimate.text if report.estimate else "")
@@ -176,5 +180,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
     s.add_argument("--extrapolate", action="store_true", help="extrapolate speedups beyond the budget range")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--sample", default=None, metavar="PROMPT", help="end the report with each arm's continuation")
+    s.add_argument("--sample-tokens", type=int, default=80, help="tokens per --sample continuation (default 80)")
     s.set_defaults(func=cmd_compare)
     return s

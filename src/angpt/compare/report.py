@@ -12,6 +12,7 @@ from angpt.compare.machine import dataset_summary, machine_info
 from angpt.compare.plan import Plan
 from angpt.compare.plots import write_plots
 from angpt.compare.render import clean_json, render_markdown
+from angpt.compare.samples import render_samples, sample_arms
 from angpt.compare.sweep import SweepResult
 
 
@@ -24,8 +25,13 @@ def write_report(
     command: str,
     jobs: int,
     threads: int,
+    sample: str | None = None,
+    sample_tokens: int = 80,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
-    """Analyse and write report.json, report.md and the plots. Returns (the report dict, the files written)."""
+    """Analyse and write report.json, report.md and the plots. Returns (the report dict, the files written).
+
+    With `sample` (a prompt), report.md ends with each arm's continuation of it (compare/samples.py).
+    """
     from angpt.data import load_meta
 
     runs = collect(plan, report_dir, sweeps, records)
@@ -46,9 +52,14 @@ def write_report(
         "verdicts": [verdict(plan, lab, e) for lab, e in arms.items() if lab != plan.baseline],
         "warnings": warnings(plan, arms, meta),
     }
+    if sample is not None:
+        report["samples"] = {"prompt": sample, "text": sample_arms(plan, report_dir, sweeps, sample, sample_tokens)}
     plots = write_plots(plan, runs, arms, report_dir)
     report["plots"] = {k: p.name for k, p in plots.items()}
     files = {"report.json": report_dir / "report.json", "report.md": report_dir / "report.md", **plots}
     (report_dir / "report.json").write_text(json.dumps(clean_json(report), indent=2))
-    (report_dir / "report.md").write_text(render_markdown(plan, report, plots))
+    markdown = render_markdown(plan, report, plots)
+    if sample is not None:
+        markdown = markdown.rstrip("\n") + "\n\n" + render_samples(plan, sample, report["samples"]["text"])
+    (report_dir / "report.md").write_text(markdown)
     return report, files
