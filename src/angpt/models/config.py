@@ -66,6 +66,9 @@ class ModelConfig:
     qk_norm_mode: str = "exact"
     nu_att: str = "dense"
     gate_scale: str = "fixed"
+    # nu_att = "calibrated": measured on training data once this fraction of the run has passed, then frozen.
+    nu_att_calibrate_at: float = 0.05
+    nu_att_calibrate_batches: int = 8
     mc_samples: int = 1 << 20
     mc_seed: int = 0
 
@@ -95,7 +98,19 @@ class ModelConfig:
                 raise ConfigError(
                     f"model.{name}={value!r} is not a valid choice; use one of: {', '.join(map(str, choices))}"
                 )
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "context_length", "mc_samples"):
+        if not isinstance(self.nu_att_calibrate_at, (int, float)) or not 0 <= self.nu_att_calibrate_at < 1:
+            raise ConfigError(
+                f"model.nu_att_calibrate_at={self.nu_att_calibrate_at!r} must be a fraction of the run in [0, 1)"
+            )
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "context_length",
+            "mc_samples",
+            "nu_att_calibrate_batches",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive integer")

@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from angpt.errors import ConfigError
-from angpt.models.angpt import ANGPT
+from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
 from angpt.models.config import PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
@@ -65,6 +65,9 @@ class ArchSpec:
     config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
     folded: type[FoldedLM] | None = None  # the inference form with constants folded in (None: nothing to fold)
     constants: Callable[[ModelConfig], dict[str, Any]] | None = None  # extra lines for `angpt info`
+    # Called by the trainer before every optimizer step: (model, steps done, max_steps, batches) -> a note or None,
+    # where batches(n) gives n training batches drawn apart from the training stream (anGPT's nu_att calibration).
+    before_step: Callable[..., str | None] | None = None
 
     @property
     def weight_constraint(self) -> str:
@@ -238,6 +241,7 @@ register(
         export="folded",
         folded=FoldedANGPT,
         constants=lambda cfg: angpt_constants(cfg).describe(),
+        before_step=calibrate_during_training,
     )
 )
 
