@@ -50,6 +50,8 @@ def models(tok):
         "ngpt": trained("ngpt", tok),
         "angpt": trained("angpt", tok),
         "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
+        "gpt+wn": trained("gpt+wn", tok),  # folded (W = g V/||V||) into a plain GPT+, then Qwen3
+        "angpt_frozen_alpha": trained("angpt", tok, freeze_alpha=True),  # exports as its base, anGPT
     }
 
 
@@ -70,7 +72,13 @@ def hf_greedy(hf_model, x, n=12, use_cache=True):
 
 
 @pytest.mark.parametrize(
-    "name,cls", [("gpt+", "Qwen3ForCausalLM"), ("gpt", "LlamaForCausalLM"), ("ln_scaling", "Qwen3ForCausalLM")]
+    "name,cls",
+    [
+        ("gpt+", "Qwen3ForCausalLM"),
+        ("gpt", "LlamaForCausalLM"),
+        ("ln_scaling", "Qwen3ForCausalLM"),
+        ("gpt+wn", "Qwen3ForCausalLM"),
+    ],
 )
 def test_gpt_family_exports_as_native_transformers_model(models, exports, tok, name, cls):
     ours, out = models[name], exports[name]
@@ -96,7 +104,7 @@ def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
     assert import_hf(exports["gpt"]).config.arch == "gpt"
 
 
-@pytest.mark.parametrize("arch", ["ngpt", "angpt", "angpt-gelu"])
+@pytest.mark.parametrize("arch", ["ngpt", "angpt", "angpt-gelu", "angpt_frozen_alpha"])
 def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     ours, out = models[arch], exports[arch]
     cfg = json.loads((out / "config.json").read_text())
@@ -271,6 +279,8 @@ def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
         export_hf(models["angpt"], tmp_path / "a", format="qwen3")
     with pytest.raises(UserError, match="DyT"):
         export_hf(angpt.build_model("gpt+", "tiny", norm="dyt"), tmp_path / "a")
+    with pytest.raises(UserError, match=r"export is not supported for gpt\+cos \(model.attention=cosine\)"):
+        export_hf(angpt.build_model("gpt+cos", "tiny"), tmp_path / "a", tok)
     assert os.listdir(tmp_path) == []
 
     busy = tmp_path / "busy"

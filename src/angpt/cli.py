@@ -32,11 +32,13 @@ def cmd_info(args: argparse.Namespace) -> int:
         for name, spec in registry.ARCHITECTURES.items():
             print(f"  {name:<11} {spec.summary} [{spec.recipe.optimizer}, lr {spec.recipe.lr:g}]")
         print("variants:")
+        width = max(map(len, registry.VARIANTS))
         for name, (arch, overrides) in registry.VARIANTS.items():
-            print(f"  {name:<13} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
+            print(f"  {name:<{width}} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
         print("a config and its constants: angpt info --arch angpt --preset demo")
         return 0
-    cfg = make_config(args.arch, args.preset, **_parse_overrides(args.set or []))
+    arch, variant = registry.resolve_arm(args.arch)  # an architecture, or a variant (ngpt_frozen_alpha, ...)
+    cfg = make_config(arch, args.preset, **{**variant, **_parse_overrides(args.set or [])})
     print(json.dumps({"config": cfg.to_dict(), "constants": describe_constants(cfg)}, indent=2, default=str))
     return 0
 
@@ -273,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
-    s.add_argument("--arch", default="angpt")
+    s.add_argument("--arch", default="angpt", help="an architecture or a variant (angpt info lists them)")
     s.add_argument("--preset", default=None)
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)

@@ -9,7 +9,11 @@ What each architecture becomes (``format="auto"``):
 * nGPT and anGPT -> folded (``angpt.fold_for_inference``) into the self-contained ``AngptFoldedForCausalLM``
   (hf/modeling_angpt.py, copied beside the weights; ``config.json`` carries an ``auto_map``), loadable with
   ``trust_remote_code=True`` where angpt is not installed, and without it once :func:`register` has run.
-* DyT has no transformers equivalent and no folded class: exporting it is a UserError.
+* GPT+ with weight normalisation (gpt+wn) -> folded first (``GPT.fold``: each ``W = g V/||V||`` computed into a
+  plain weight), then the native Qwen3 checkpoint of that GPT+.
+* DyT and scaled cosine attention (gpt+cos) have no transformers equivalent and no folded class: exporting them is
+  a UserError.
+* The frozen-alpha controls (``ngpt_frozen_alpha``, ``angpt_frozen_alpha``) export as their base architecture.
 
 An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
 (our marker: format, arch and the full angpt config), and, with a tokenizer, ``tokenizer.json``,
@@ -88,6 +92,11 @@ def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
             "DyT models have no Hugging Face equivalent (tanh in place of RMSNorm) and cannot be exported; "
             "export a GPT+ (norm=rmsnorm) or an nGPT / anGPT model"
         )
+    elif cfg.attention == "cosine":
+        raise UserError(
+            f"export is not supported for {cfg.arch} (model.attention=cosine): scaled cosine attention has a learned "
+            "temperature per head, which transformers' Qwen3 / Llama cannot express; export a GPT+ (attention=dot)"
+        )
     else:
         natural = "qwen3" if cfg.qk_norm else "llama"
     if format != "auto" and format != natural:
@@ -128,8 +137,9 @@ def export_hf(
     try:
         if fmt == "folded":
             sd, hf_config = _folded_files(base, cfg, tmp)
-        else:
-            sd, hf_config = _gpt_files(base, cfg, fmt)
+        else:  # gpt+wn folds into a plain GPT+ first; GPT+ and GPT have nothing to fold
+            plain = fold_for_inference(base) if registry.get(cfg.arch).folded is not None else base
+            sd, hf_config = _gpt_files(plain, plain.config, fmt)
         eos = tokenizer.eos_id if tokenizer is not None else None
         if eos is not None:
             hf_config.eos_token_id = hf_config.pad_token_id = hf_config.bos_token_id = eos

@@ -100,6 +100,7 @@ class ANGPT(SphereLM):
         # (needed for `calibrated`; harmless otherwise).
         self.register_buffer("nu_att", self.nu.nu_att.clone())
         self.reset_parameters()
+        self.freeze_controls()
 
     @property
     def att_scale(self) -> torch.Tensor:

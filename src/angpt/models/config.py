@@ -22,7 +22,13 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "gate_scale": ("fixed", "learnable"),
     "weight_constraint": ("auto", "unit", "bounded", "none"),
     "activation": ("silu", "gelu"),
+    "attention": ("dot", "cosine"),
 }
+
+# The review's controls (docs/architectures.md#controls), each with its "off" value. An architecture implements a
+# subset (its model class's `controls`); setting one that it does not implement is a ConfigError
+# (registry.check_config), never silently ignored.
+CONTROLS: dict[str, Any] = {"weight_norm": False, "attention": "dot", "freeze_alpha": False, "freeze_scales": False}
 
 
 @dataclass
@@ -71,6 +77,15 @@ class ModelConfig:
     nu_att_calibrate_batches: int = 8
     mc_samples: int = 1 << 20
     mc_seed: int = 0
+
+    # Controls (docs/architectures.md#controls; off by default). GPT family: weight normalisation of every linear
+    # map (gpt+wn) and scaled cosine attention with a learned per-head tau (gpt+cos; initial tau: Swin v2's 0.1).
+    # nGPT / anGPT: alpha_A, alpha_M (freeze_alpha) or every learned scale (freeze_scales) fixed at init.
+    weight_norm: bool = False
+    attention: str = "dot"
+    cos_tau_init: float = 0.1
+    freeze_alpha: bool = False
+    freeze_scales: bool = False
 
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -133,6 +148,12 @@ class ModelConfig:
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive number")
+        for name in ("qk_norm", "weight_norm", "freeze_alpha", "freeze_scales"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name}={getattr(self, name)!r} must be true or false")
+        tau = self.cos_tau_init
+        if not isinstance(tau, (int, float)) or isinstance(tau, bool) or not (0.01 <= tau < math.inf):
+            raise ConfigError(f"model.cos_tau_init={tau!r} must be a number >= 0.01 (tau is clamped at 0.01)")
         for name in ("alpha_init", "s_qk_init", "s_uz_init", "s_z_init"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):

@@ -8,6 +8,10 @@ architecture's name. Adding an architecture is one model file plus one :func:`re
 
 Named *variants* (``dyt``, ``ln_scaling``, ...) are an architecture with config overrides: the comparison rows of
 the paper, usable wherever an architecture name is (``angpt compare --arms gpt+,dyt``).
+
+The review's controls (docs/architectures.md#controls) are entries and variants too: ``gpt+wn``, ``gpt+cos``,
+``ngpt_frozen_alpha``, ``angpt_frozen_alpha``. A control option set on an architecture whose model does not
+implement it is a one-line ConfigError (:func:`check_config`).
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from torch import nn
 from angpt.errors import ConfigError
 from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
-from angpt.models.config import PRESETS, ModelConfig
+from angpt.models.config import CONTROLS, PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
-from angpt.models.folded import FoldedANGPT, FoldedLM, FoldedNGPT
+from angpt.models.folded import FoldedANGPT, FoldedNGPT
 from angpt.models.gpt import GPT
+from angpt.models.layers import COS_TAU_MIN
 from angpt.models.ngpt import NGPT
 
 
@@ -63,7 +68,9 @@ class ArchSpec:
     recipe: Recipe
     export: str  # "native": Qwen3 / Llama by config (hf/export.py); "folded": our folded custom class
     config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
-    folded: type[FoldedLM] | None = None  # the inference form with constants folded in (None: nothing to fold)
+    # The inference form: a class whose classmethod fold(model) returns an equivalent model with every constant or
+    # reparameterisation folded into plain weights (FoldedNGPT / FoldedANGPT; GPT for gpt+wn). None: nothing to fold.
+    folded: type[LanguageModel] | None = None
     constants: Callable[[ModelConfig], dict[str, Any]] | None = None  # extra lines for `angpt info`
     # Called by the trainer before every optimizer step: (model, steps done, max_steps, batches) -> a note or None,
     # where batches(n) gives n training batches drawn apart from the training stream (anGPT's nu_att calibration).
@@ -135,6 +142,18 @@ def resolve_arm(name: str) -> tuple[str, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- configs, models
+def check_config(cfg: ModelConfig) -> ModelConfig:
+    """`cfg`, after checking that its architecture implements every control it sets (one-line ConfigError)."""
+    model = get(cfg.arch).model
+    for name, off in CONTROLS.items():
+        value = getattr(cfg, name)
+        if value != off and name not in model.controls:
+            having = ", ".join(a for a, s in ARCHITECTURES.items() if name in s.model.controls)
+            raise ConfigError(f"model.{name}={value!r} does not apply to arch {cfg.arch!r}; it applies to: {having}")
+    model.check_config(cfg)
+    return cfg
+
+
 def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
     """A validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
 
@@ -152,7 +171,7 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
     base.update(spec.config)
     base["arch"] = arch
     base.update(overrides)
-    return ModelConfig.from_dict(base)
+    return check_config(ModelConfig.from_dict(base))
 
 
 def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
@@ -166,7 +185,7 @@ def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", 
 
 def model_from_config(cfg: ModelConfig) -> LanguageModel:
     """The model of a resolved config (a checkpoint's, say), without re-applying defaults."""
-    return get(cfg.arch).model(cfg)
+    return get(cfg.arch).model(check_config(cfg))
 
 
 def fold_for_inference(model: nn.Module) -> nn.Module:
@@ -245,9 +264,36 @@ register(
     )
 )
 
+# The review's controls (seed 003; docs/architectures.md#controls): GPT+ given one ingredient of normalisation.
+register(
+    ArchSpec(
+        "gpt+wn",
+        GPT,
+        "control: GPT+ with weight normalisation W = g V/||V|| per row of every linear map (Salimans & Kingma 2016)",
+        _GPT_RECIPE,
+        export="native",  # folded to a plain GPT+ first (GPT.fold), then a Qwen3 checkpoint
+        config={"weight_norm": True},
+        folded=GPT,
+        constants=lambda cfg: {"init_std": cfg.init_std, "weight_norm": "W = g V/||V|| per row, g = ||V|| at init"},
+    )
+)
+register(
+    ArchSpec(
+        "gpt+cos",
+        GPT,
+        "control: GPT+ with scaled cosine attention, logits cos(q, k)/tau, learned tau >= 0.01 per head (Swin v2)",
+        _GPT_RECIPE,
+        export="native",  # refused by hf/export.resolve_format: no transformers class has per-head tau
+        config={"attention": "cosine", "qk_norm": False},
+        constants=lambda cfg: {"init_std": cfg.init_std, "cos_tau_init": cfg.cos_tau_init, "cos_tau_min": COS_TAU_MIN},
+    )
+)
+
 register_variant("dyt", "gpt+", norm="dyt")  # DyT in place of every RMSNorm (Zhu et al. 2025)
 register_variant("ln_scaling", "gpt+", norm="ln_scaling")  # pre-norm outputs times 1/sqrt(l) (Sun et al. 2025)
 register_variant("ngpt_bounded", "ngpt", weight_constraint="bounded")  # the paper's "nGPT with <= 1" row
+register_variant("ngpt_frozen_alpha", "ngpt", freeze_alpha=True)  # control: eigen learning rates fixed at init
+register_variant("angpt_frozen_alpha", "angpt", freeze_alpha=True)  # control: eigen learning rates fixed at init
 
 ARCHS: tuple[str, ...] = tuple(ARCHITECTURES)
 BASELINE = "gpt+"  # what comparisons measure against unless told otherwise (the paper's baseline)
