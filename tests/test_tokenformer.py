@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 import transformers
 
@@ -314,7 +315,7 @@ def test_grow_cli_writes_a_checkpoint_that_train_continues_from(tf_run, data_dir
         assert torch.equal(trained[name], grown[name]) == ("frozen" in name), name  # only the old tokens stay
 
 
-def test_grow_cli_bad_input_is_one_line_and_writes_nothing(tf_run, tmp_path, capsys):
+def test_grow_cli_bad_input_is_one_line_and_writes_nothing(tf_run, tmp_path, capsys, monkeypatch):
     gpt = tmp_path / "gpt"
     model = angpt.build_model("gpt+", "tiny")
     save_weights_checkpoint(gpt, model.state_dict(), {"model_config": model.config.to_dict()})
@@ -330,12 +331,20 @@ def test_grow_cli_bad_input_is_one_line_and_writes_nothing(tf_run, tmp_path, cap
         ([str(tf_run), str(tmp_path / "a"), "--add-tokens", "-4"], "must be a positive integer"),
         ([str(tf_run), str(tmp_path / "a"), "--add-tokens", "8", "--add-ffn-tokens", "0"], "--add-ffn-tokens"),
         ([str(tf_run), str(tmp_path / "exists"), "--add-tokens", "8"], "already exists"),
+        ([str(tmp_path / "missing"), str(tmp_path / "exists"), "--add-tokens", "8"], "already exists"),  # checked first
         ([str(tmp_path / "missing"), str(tmp_path / "a"), "--add-tokens", "8"], "does not exist"),
     ]
     for argv, needle in cases:
         one_line_error(capsys, main(["grow", *argv]), needle)
         assert sorted(os.listdir(tmp_path)) == listing  # nothing written, no temporary folder left
     assert os.listdir(tmp_path / "exists") == []
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    one_line_error(capsys, main(["grow", str(tf_run), str(tmp_path / "a"), "--add-tokens", "8"]), "nothing was written")
+    assert sorted(os.listdir(tmp_path)) == listing
 
 
 # ---------------------------------------------------------------------------------------------- HF export
