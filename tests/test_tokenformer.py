@@ -23,7 +23,7 @@ import transformers
 
 import angpt
 from angpt.cli import main
-from angpt.errors import ConfigError
+from angpt.errors import ConfigError, UserError
 from angpt.models.tokenformer import ffn_growth
 from angpt.train.checkpoint import load_checkpoint_model, read_state, save_weights_checkpoint
 
@@ -353,6 +353,8 @@ def test_hf_export_round_trip_of_a_grown_model(trained, tok, tmp_path):
     from angpt.infer import generate
 
     grown = angpt.grow(trained, 8, freeze_old=True).eval()  # frozen tokens are exported joined
+    with pytest.raises(UserError, match="a tokenformer model exports as 'custom', not 'qwen3'"):
+        export_hf(grown, tmp_path / "hf", tok, format="qwen3")
     out = export_hf(grown, tmp_path / "hf", tok)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["model_type"] == "angpt_tokenformer" and cfg["norm_tokens"] == 64 and cfg["param_tokens"] == 72

@@ -100,7 +100,8 @@ def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
     else:
         natural = "qwen3" if cfg.qk_norm else "llama"
     if format != "auto" and format != natural:
-        raise UserError(f"a {cfg.arch} model (qk_norm={cfg.qk_norm}) exports as {natural!r}, not {format!r}")
+        why = f" (qk_norm={cfg.qk_norm})" if natural in ("qwen3", "llama") else ""
+        raise UserError(f"a {cfg.arch} model{why} exports as {natural!r}, not {format!r}")
     native = natural in ("qwen3", "llama")
     if native and cfg.softmax_scale is not None and abs(cfg.softmax_scale - cfg.head_dim**-0.5) > 1e-12:
         raise UserError(f"{natural} uses the softmax scale 1/sqrt(head_dim); unset model.softmax_scale to export")

@@ -38,7 +38,7 @@ def theta(scores: torch.Tensor, kind: str, n: int) -> torch.Tensor:
     a = scores.float()
     if kind == "l2_norm_gelu":  # GeLU(A sqrt(n) / ||A||_2): F.normalize divides by max(||A||, 1e-12)
         return F.gelu(F.normalize(a, dim=-1) * math.sqrt(n))
-    return torch.softmax(a, dim=-1) * n  # "softmax": softmax times n, so each weight averages ~1 like GeLU's
+    return torch.softmax(a, dim=-1) * n  # "softmax": softmax times n, so that the n weights average 1
 
 
 class Pattention(nn.Module):

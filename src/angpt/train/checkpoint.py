@@ -437,7 +437,7 @@ def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> None:
 def _weights_only(path: Path) -> str:
     return (
         f"checkpoint {path} holds weights only, no optimizer state or data position (e.g. made by "
-        f"`angpt import-hf`), so it cannot be resumed: start a new run from it with --init_from {path}"
+        f"`angpt import-hf` or `angpt grow`), so it cannot be resumed: start a new run from it with --init_from {path}"
     )
 
 
