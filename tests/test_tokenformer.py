@@ -144,7 +144,7 @@ def test_parameter_count_equals_gpt_plus_at_every_preset_but_for_norm_gains():
     """Per layer: four Pattentions of n = d tokens (2 d n each) and an FFN of 4d tokens (2 d 4d) = 16 d^2, the same
     as GPT+'s attention (4 d^2) plus SwiGLU with d_ff = 4d (3 d 4d): `angpt compare --arms gpt+,tokenformer` puts
     them side by side at equal non-embedding parameters, GPT+ ahead by its RMSNorm gains only."""
-    for preset in ("tiny", "demo", "gpt2-small"):
+    for preset in angpt.PRESETS:
         with torch.device("meta"):
             tf, gpt = angpt.build_model("tokenformer", preset), angpt.build_model("gpt+", preset)
         c = tf.config
