@@ -347,7 +347,8 @@ def test_registry_entry_builds_trains_and_reports(arch):
     assert type(opt) is expected
     assert angpt.describe_constants(model.config)["weight_constraint"] == spec.weight_constraint
     # A folded export needs a fold; a native one may fold first (gpt+wn folds W = g V/||V|| into a plain GPT+).
-    assert spec.export in ("native", "folded") and (spec.export != "folded" or spec.folded is not None)
+    assert spec.export in ("native", "folded", "custom") and (spec.export != "folded" or spec.folded is not None)
+    assert (spec.export == "custom") == (spec.hf_module is not None)
 
 
 def test_registry_drives_config_defaults_and_rejects_duplicates():

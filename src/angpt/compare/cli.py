@@ -13,8 +13,8 @@ Train every arm at every token budget and seed (each budget a full run with its 
 per-arm learning-rate sweep at the smallest budget, and write report.md, report.json and plots into --out.
 Re-running the same command skips finished runs and resumes interrupted ones. See docs/compare.md.
 
-arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, dyt, ln_scaling, ngpt_bounded; any arm takes overrides,
-  e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them in the shell).
+arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, tokenformer, dyt, ln_scaling, ngpt_bounded; any arm takes
+  overrides, e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them).
 token counts: 4096, 512K, 1M, 2G (powers of 1000) or 64Ki, 1Mi (powers of 1024).
 """
 

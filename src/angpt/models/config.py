@@ -23,6 +23,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "weight_constraint": ("auto", "unit", "bounded", "none"),
     "activation": ("silu", "gelu"),
     "attention": ("dot", "cosine"),
+    "pattention": ("l2_norm_gelu", "softmax"),
 }
 
 # The review's controls (docs/architectures.md#controls), each with its "off" value. An architecture implements a
@@ -87,6 +88,15 @@ class ModelConfig:
     freeze_alpha: bool = False
     freeze_scales: bool = False
 
+    # TokenFormer (docs/architectures.md#tokenformer): the key-value parameter tokens of each Pattention. The FFN's
+    # count is d_ff (None -> 4 d_model). Theta's sqrt(n) uses a stored n, so that growth preserves the function.
+    pattention: str = "l2_norm_gelu"  # Theta: GeLU(A sqrt(n) / ||A||), or softmax(A) * n
+    param_tokens: int | None = None  # tokens of the Q, K, V and output Pattentions; None -> d_model
+    norm_tokens: int | None = None  # the n in Theta of those; None -> param_tokens (growth keeps the old value)
+    ffn_norm_tokens: int | None = None  # the n in Theta of the FFN Pattention; None -> d_ff
+    frozen_tokens: int = 0  # leading tokens of each Q, K, V, output Pattention not trained (grown with freeze_old)
+    frozen_ffn_tokens: int = 0  # the same for the FFN Pattention
+
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,6 +110,19 @@ class ModelConfig:
     @property
     def ffn_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def attn_tokens(self) -> int:
+        """TokenFormer: key-value tokens of each Q, K, V and output Pattention."""
+        return self.param_tokens if self.param_tokens is not None else self.d_model
+
+    def pattention_sizes(self, ffn: bool) -> tuple[int, int, int]:
+        """TokenFormer: (tokens, the n of Theta's normalisation, frozen leading tokens) of one Pattention."""
+        if ffn:
+            norm = self.ffn_norm_tokens if self.ffn_norm_tokens is not None else self.ffn_dim
+            return self.ffn_dim, norm, self.frozen_ffn_tokens
+        norm = self.norm_tokens if self.norm_tokens is not None else self.attn_tokens
+        return self.attn_tokens, norm, self.frozen_tokens
 
     def scale_or_default(self, value: float | None) -> float:
         """A reparameterisation scale, where None means 1/sqrt(d_model)."""
@@ -131,6 +154,20 @@ class ModelConfig:
                 raise ConfigError(f"model.{name}={value!r} must be a positive integer")
         if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
             raise ConfigError(f"model.d_ff={self.d_ff!r} must be a positive integer (or null for 4 * d_model)")
+        for name in ("param_tokens", "norm_tokens", "ffn_norm_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"model.{name}={value!r} must be a positive integer (or null for the default)")
+        for name, total, count in (
+            ("frozen_tokens", self.attn_tokens, "param_tokens"),
+            ("frozen_ffn_tokens", self.ffn_dim, "d_ff"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < total:
+                raise ConfigError(
+                    f"model.{name}={value!r} must be an integer in [0, {total}): fewer than the {total} tokens "
+                    f"(model.{count}), so that some stay trainable"
+                )
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "

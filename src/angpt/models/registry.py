@@ -1,7 +1,7 @@
 """Everything about each architecture, in one place (as torchtitan's TrainSpec and litgpt's name_to_config do).
 
 An entry names the model class, the config defaults it applies over a preset, the optimizer recipe with its
-default learning rate, the constants report, inference folding and the Hugging Face export kind. The weight
+default learning rate, the constants report, inference folding, growth and the Hugging Face export kind. The weight
 constraint and the default softmax scale follow from the model's equations and are class attributes of the model
 (``weight_constraint``, ``unit_qk``); the entry reports them. Code elsewhere asks this module and never compares an
 architecture's name. Adding an architecture is one model file plus one :func:`register` call (docs/architectures.md).
@@ -25,6 +25,7 @@ from typing import Any
 from torch import nn
 
 from angpt.errors import ConfigError
+from angpt.models import tokenformer
 from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
 from angpt.models.config import CONTROLS, PRESETS, ModelConfig
@@ -66,7 +67,9 @@ class ArchSpec:
     model: type[LanguageModel]
     summary: str
     recipe: Recipe
-    export: str  # "native": Qwen3 / Llama by config (hf/export.py); "folded": our folded custom class
+    # "native": Qwen3 / Llama by config (hf/export.py); "folded": our folded custom class; "custom": the
+    # architecture's own transformers class, written by the module `hf_module` names
+    export: str
     config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
     # The inference form: a class whose classmethod fold(model) returns an equivalent model with every constant or
     # reparameterisation folded into plain weights (FoldedNGPT / FoldedANGPT; GPT for gpt+wn). None: nothing to fold.
@@ -75,6 +78,13 @@ class ArchSpec:
     # Called by the trainer before every optimizer step: (model, steps done, max_steps, batches) -> a note or None,
     # where batches(n) gives n training batches drawn apart from the training stream (anGPT's nu_att calibration).
     before_step: Callable[..., str | None] | None = None
+    # (model, add_tokens, add_ffn_tokens=None, *, freeze_old=False) -> a larger model with the same logits, or
+    # None: the architecture cannot grow (see `grow`)
+    grow: Callable[..., LanguageModel] | None = None
+    hf_module: str | None = None  # export="custom": the angpt.hf module with export_files(model) and register()
+    # (cfg, bytes per compute element) -> bytes one block saves for the backward per token (`angpt train
+    # --dry-run`); None: the GPT / nGPT / anGPT block's count (train/dryrun.py, activation_bytes)
+    saved_per_token: Callable[[ModelConfig, int], float] | None = None
 
     @property
     def weight_constraint(self) -> str:
@@ -202,6 +212,20 @@ def fold_for_inference(model: nn.Module) -> nn.Module:
     return folded.fold(model)
 
 
+def grow(model: nn.Module, add_tokens: int, add_ffn_tokens: int | None = None, *, freeze_old: bool = False):
+    """A larger model with the same logits: `add_tokens` parameter tokens appended to every token-parameter layer
+    (TokenFormer's progressive scaling, docs/architectures.md#progressive-growth); ConfigError for an
+    architecture that cannot grow. `model` itself is unchanged."""
+    from angpt.models.constraints import unwrap
+
+    model = unwrap(model)
+    spec = of(model)
+    if spec.grow is None:
+        growable = ", ".join(n for n, s in ARCHITECTURES.items() if s.grow is not None)
+        raise ConfigError(f"a {spec.name} model cannot grow; growth appends parameter tokens, which {growable} has")
+    return spec.grow(model, add_tokens, add_ffn_tokens, freeze_old=freeze_old)
+
+
 def describe_constants(cfg: ModelConfig) -> dict[str, Any]:
     """The constants of `cfg` as a printable dict (anGPT's nu; nGPT's effective scales; the softmax scale)."""
     return of(cfg).describe(cfg)
@@ -214,6 +238,21 @@ def _ngpt_constants(cfg: ModelConfig) -> dict[str, Any]:
         "s_qk_init": cfg.s_qk_init,
         "s_uz_effective_init": cfg.s_uz_init * math.sqrt(cfg.d_model),
         "s_z_init": cfg.s_z_init,
+    }
+
+
+def _tokenformer_constants(cfg: ModelConfig) -> dict[str, Any]:
+    (n, norm, frozen), (n_ffn, norm_ffn, frozen_ffn) = cfg.pattention_sizes(False), cfg.pattention_sizes(True)
+    return {
+        "key_init_std": cfg.init_std,
+        "value_init_std": 2.0 / (cfg.n_layers * math.sqrt(cfg.d_model)),
+        "theta": cfg.pattention,
+        "attn_tokens": n,
+        "attn_theta_n": norm,
+        "attn_frozen_tokens": frozen,
+        "ffn_tokens": n_ffn,
+        "ffn_theta_n": norm_ffn,
+        "ffn_frozen_tokens": frozen_ffn,
     }
 
 
@@ -286,6 +325,23 @@ register(
         export="native",  # refused by hf/export.resolve_format: no transformers class has per-head tau
         config={"attention": "cosine", "qk_norm": False},
         constants=lambda cfg: {"init_std": cfg.init_std, "cos_tau_init": cfg.cos_tau_init, "cos_tau_min": COS_TAU_MIN},
+    )
+)
+
+register(
+    ArchSpec(
+        "tokenformer",
+        tokenformer.TokenFormer,
+        "Transformer whose linear maps attend over learnable parameter tokens; grows in place (Wang et al. 2024)",
+        # The paper's AdamW, weight decay 0.1 and 1% warm-up (official configs, 150M-1.5B, where the peak LR is
+        # 6e-4); the demo-scale peak LR 2e-3 is ours (GPT+'s; angpt compare sweeps it per arm).
+        Recipe("adamw", lr=2e-3, weight_decay=0.1, warmup_fraction=0.01),
+        export="custom",
+        config={"norm_eps": 1e-5},  # the official LayerNorm epsilon
+        constants=_tokenformer_constants,
+        grow=tokenformer.grow,
+        hf_module="angpt.hf.tokenformer",
+        saved_per_token=tokenformer.saved_per_token,
     )
 )
 
