@@ -129,7 +129,9 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     for label, losses in (("gpt+", base_losses), ("angpt", cand_losses)):
         final = {b: {s: losses[s][i] for s in plan.seeds} for i, b in enumerate(plan.budgets)}
         runs[label] = ArmRuns(label, lr=1e-3, final=final, bpb={b: {} for b in plan.budgets})
-    sweeps = {a: SweepResult(a, [1e-3], {1e-3: 3.0}, 1e-3, 0, False, True) for a in ("gpt+", "angpt")}
+    b0 = plan.sweep_budget
+    sw = {a: SweepResult(a, b0, [1e-3], {(1e-3, ()): 3.0}, (1e-3, ()), 0, False, True) for a in ("gpt+", "angpt")}
+    sweeps = {a: {b0: s} for a, s in sw.items()}
     arms = analyse(plan, runs, sweeps)
     sp = arms["angpt"]["speedup"]
 
@@ -167,8 +169,14 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     assert om["mean"] == pytest.approx((2**-0.5 + 2**-0.4 + 2**0.2) / 3, rel=1e-9)
 
     line = verdict(plan, "angpt", arms["angpt"])
-    assert "needs 1.09x as many tokens as gpt+ to reach its loss (speedup 0.92x, ±0.09 over 3 seeds)" in line
-    assert "1 below range, speedup >= 1.00x; 1 not reached, speedup < 0.50x" in line
+    # It leads with the paired difference at 8Ki: per-seed differences -0.5, -0.05, -0.05 (mean -0.2, sd
+    # sqrt(0.0675), se 0.15, t = -4/3 on 2 df: p = 1 - |t| / sqrt(2 + t^2) = 0.314; 95% CI -0.2 +- 4.302653 x 0.15).
+    assert line.startswith(
+        "angpt vs gpt+ at 8Ki tokens: final loss 0.2000 lower (9.09%), 95% CI [-0.8454, +0.4454], paired p=0.31"
+    )
+    # A point the arm never reaches (seed 1 at 4Ki) would inflate the mean if left out: no speedup is claimed.
+    assert sp["established"] is False and "tokens" not in line.split("; ", 1)[1]
+    assert "no speedup can be claimed: 1 of 9 points never reach gpt+'s loss (speedup < 0.50x there)" in line
     report = {
         "arms": arms,
         "machine": machine_stub(),
@@ -180,7 +188,7 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
         "warnings": [],
     }
     md = render_markdown(plan, report, {})
-    assert "| angpt | 0.92 ± 0.09x | 7/9 | 0.87x |" in md
+    assert "measured points alone: 0.92 ± 0.09x | 7/9 |" in md and "| 0.87x |" in md
 
 
 def machine_stub():
@@ -251,17 +259,17 @@ def test_sweep_extends_an_edge_optimum_and_records_it(data_dir):
     parabola = lambda lr: 3.0 + math.log2(lr / 4e-3) ** 2  # noqa: E731
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=3)
     sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
-    assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best == 4e-3 and sw.extensions == 2 and not sw.at_edge
+    assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best_lr == 4e-3 and sw.extensions == 2 and not sw.at_edge
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=1)
     sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
-    assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best == 4e-3 and sw.at_edge  # unfinished: reported as such
+    assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best_lr == 4e-3 and sw.at_edge  # unfinished: reported as such
     # Every LR diverging moves the grid down; the best is the highest LR that trains.
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-2}, lr_grid=[1, 2], max_extensions=3)
     runner = FakeRunner(lambda lr: math.inf if lr > 3e-3 else 3.0 - lr)
     sw = run_sweeps(plan, runner)["angpt"]
     assert sw.grid == [1.25e-3, 2.5e-3, 5e-3, 1e-2, 2e-2] and sw.extensions == 3
-    assert sw.best == 2.5e-3 and sw.losses[1e-2] is None and not sw.at_edge
-    assert main_specs(plan, {"angpt": sw})[0].lr == 2.5e-3
+    assert sw.best_lr == 2.5e-3 and sw.losses[(1e-2, ())] is None and not sw.at_edge
+    assert main_specs(plan, {"angpt": {plan.sweep_budget: sw}})[0].lr == 2.5e-3
 
 
 # ---------------------------------------------------------------------------------- whole comparisons
@@ -308,7 +316,7 @@ def test_whole_comparison_writes_every_output(compared):
             assert len({(c["data"], *(c["train"][k] for k in shared), c["train"]["stop_at"]) for c in cfgs}) == 1
     md = (out / "report.md").read_text()
     assert "angpt compare (test)" in md and "## Verdict" in md and "p=" in md and "Welch" in md
-    assert report.verdicts and report.verdicts[0].startswith("angpt")
+    assert report.verdicts and report.verdicts[0].startswith("smoke test: angpt vs gpt+ at 4Ki tokens: final loss")
     assert len(report.trained) == 2 * 3 + 2 * 3  # 3 sweep runs + 3 more main runs per arm
 
 
@@ -431,11 +439,12 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
     # A report directory holding another plan: refused, untouched.
     plan, out, _ = compared
     before = snapshot(out)
-    for other in (tiny_plan(data_dir, seeds=[0, 1, 2]), tiny_plan(data_dir, arms=["gpt+", "angpt[nu_att=none]"])):
+    for other in (tiny_plan(data_dir, eval_batches=3), tiny_plan(data_dir, arms=["gpt+", "angpt=angpt[nu_att=none]"])):
         with pytest.raises(UserError, match="holds a different comparison"):
             run_comparison(other, out, threads=1, progress=False)
-    assert cli(*common, "--out", out, "--arms", "gpt+,angpt", "--budgets", "2048,8192", "--seeds", "0,1") == 2
-    assert "budgets: [2048, 4096] there, [2048, 8192] here" in capsys.readouterr().err
+    args = ["--arms", "gpt+,angpt", "--budgets", "2048", "--seeds", "0", "--dtype", "fp32", "--eval-batches", "3"]
+    assert cli(*common, "--out", out, *args) == 2  # budgets and seeds may change; the evaluation may not
+    assert "eval_batches: 2 there, 3 here" in capsys.readouterr().err
     assert snapshot(out) == before
     # A comparison still running in the same report directory (its pid in .lock) is not disturbed.
     (out / ".lock").write_text(str(os.getppid()))
