@@ -33,8 +33,8 @@ def candidates(cores: int, max_jobs: int) -> list[tuple[int, int]]:
 
 
 def parallel_runs(plan: Plan) -> int:
-    """How many runs the plan can run at once at its start: the sweeps at the smallest budget."""
-    return sum(len(plan.initial_grid(a)) * len(a.settings()) for a in plan.arms)
+    """How many runs the plan can have going at once: its first sweeps, or every arm x seed at one budget."""
+    return max(sum(len(plan.initial_grid(a)) * len(a.settings()) for a in plan.arms), len(plan.arms) * len(plan.seeds))
 
 
 def measure(plan: Plan, jobs: int, threads: int, steps: int) -> float:
@@ -85,10 +85,12 @@ def choose_jobs(
     cores: int,
     *,
     steps: int = 4,
-    measure_fn: Callable[[Plan, int, int, int], float] = measure,
+    measure_fn: Callable[[Plan, int, int, int], float] | None = None,
 ) -> dict[str, Any]:
-    """Measure every candidate split of `cores` and pick the fastest (ties: fewer jobs); returns the record kept
-    in the report directory: {"jobs", "threads", "candidates": [{"jobs", "threads", "tokens_per_s"}], ...}."""
+    """Measure every candidate split of `cores` (with :func:`measure` unless `measure_fn`) and pick the fastest
+    (ties: fewer jobs); returns the record kept in the report directory: {"jobs", "threads", "candidates":
+    [{"jobs", "threads", "tokens_per_s"}], ...}."""
+    measure_fn = measure_fn or measure
     results = []
     for jobs, threads in candidates(cores, parallel_runs(plan)):
         tps = measure_fn(plan, jobs, threads, steps)

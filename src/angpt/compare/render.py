@@ -187,7 +187,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
             "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "
-            "then averaged over i; mean ± std over seeds. Points outside the arm's budget range are bounds "
+            f"then averaged over i ({spread}). Points outside the arm's budget range are bounds "
             "(≥: below range, <: not reached), never averaged in"
             + (" unless extrapolated (--extrapolate)" if plan.extrapolate else "")
             + ". The mean is a speedup only when no point was left out in the arm's favour (none not reached) and "
