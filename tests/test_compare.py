@@ -564,10 +564,18 @@ def test_sigterm_reaches_the_workers_and_a_rerun_resumes(data_dir, tmp_path):
             break
         time.sleep(0.05)
     workers = _children(proc.pid)
-    assert len(workers) == 2
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
-    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # exited (and reaped by compare)
+    try:
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # exited (and reaped by compare)
+    finally:  # a failure here must not leave our processes behind
+        for pid in [proc.pid, *workers]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
     plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
     run_dirs = [plan.run_dir(out, a, 32768, 0, plan.initial_grid(a)[0]) for a in plan.arms]
     for run_dir in run_dirs:

@@ -192,6 +192,21 @@ def test_recorded_comparison_no_longer_claims_a_speedup_for_an_arm_that_ends_wor
     assert "reaches gpt+'s loss with 1.48x fewer tokens (±0.06 over 3 seeds; 5 of 9 points measured" in line
 
 
+def test_no_speedup_is_claimed_for_an_arm_worse_at_the_largest_budget(data_dir):
+    """A noisy candidate that crosses every baseline loss inside the range (every point exact, none a bound) but
+    ends above the baseline at the largest budget: its mean speedup (> 1) must not be claimed."""
+    budgets = [2048, 4096, 8192]
+    base = {2048: [4.0, 4.1], 4096: [3.5, 3.6], 8192: [3.0, 3.1]}
+    cand = {2048: [4.2, 4.3], 4096: [3.0, 3.1], 8192: [3.1, 3.2]}
+    plan, arms = _analysed(data_dir, base, cand, budgets)
+    sp = arms["angpt"]["speedup"]
+    assert (sp["n_exact"], sp["n_not_reached"], sp["n_below_range"]) == (6, 0, 0) and sp["mean"] > 1
+    assert not sp["established"]
+    line = verdict(plan, "angpt", arms["angpt"])
+    assert line.startswith("angpt vs gpt+ at 8Ki tokens: final loss 0.1000 higher")
+    assert "no speedup can be claimed: its loss at 8Ki tokens is higher than gpt+'s" in line and "fewer" not in line
+
+
 def test_one_seed_says_na_and_the_report_prints_paired_intervals(data_dir):
     budgets = [2048, 4096]
     plan, arms = _analysed(data_dir, {2048: [3.0], 4096: [2.8]}, {2048: [2.9], 4096: [2.75]}, budgets)
