@@ -569,11 +569,14 @@ def test_sigterm_reaches_the_workers_and_a_rerun_resumes(data_dir, tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM
         assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # exited (and reaped by compare)
-    finally:  # a failure here must not leave our processes behind
-        for pid in [proc.pid, *workers]:
+    finally:  # a failure here must not leave our processes behind (only ours: checked by their command line)
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                if str(out) in Path(f"/proc/{pid}/cmdline").read_text():
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
                 pass
         proc.wait()
     plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
