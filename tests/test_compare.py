@@ -669,7 +669,7 @@ def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, mon
     assert (rec["jobs"], rec["threads"]) == (1, 2) and report.data["jobs"] == 1 and report.data["threads"] == 2
     assert [c["tokens_per_s"] for c in rec["candidates"]] == [1500.0, 1000.0]
     md = (tmp_path / "auto" / "report.md").read_text()
-    assert "--jobs auto: measured jobs x threads on gpt+ (4 steps each): 1x2: 1,500 tok/s, 2x1: 1,000 tok/s" in md
+    assert "--jobs auto: measured jobs x threads on gpt+ (3 steps each): 1x2: 1,500 tok/s, 2x1: 1,000 tok/s" in md
     speeds[(2, 1)] = 2000.0
     assert jobs.choose_jobs(plan, 2)["jobs"] == 2
 

@@ -149,7 +149,8 @@ def run_comparison(
     if jobs == "auto":
         measured = choose_jobs(plan, cpu_cores())
         jobs, threads = measured["jobs"], measured["threads"]
-        print(describe(measured), file=sys.stderr)
+        if not dry_run:  # a dry run prints it with the plan
+            print(describe(measured), file=sys.stderr)
     assert isinstance(jobs, int)
     threads = threads or max(1, cpu_cores() // jobs)
     if dry_run:

@@ -84,7 +84,7 @@ def choose_jobs(
     plan: Plan,
     cores: int,
     *,
-    steps: int = 4,
+    steps: int = 3,
     measure_fn: Callable[[Plan, int, int, int], float] | None = None,
 ) -> dict[str, Any]:
     """Measure every candidate split of `cores` (with :func:`measure` unless `measure_fn`) and pick the fastest
