@@ -644,6 +644,7 @@ def test_a_retuned_arm_uses_each_budgets_best_setting(data_dir, tmp_path, monkey
 
 def test_strict_refuses_a_smoke_test_before_anything_runs(data_dir, tmp_path, capsys):
     common = ["--data", data_dir, "--preset", "tiny", "--arms", "gpt+", "--seeds", "0", "--lr-grid", "1"]
+    common += ["--dtype", "fp32", "--threads", "1"]
     out = tmp_path / "strict"
     assert cli(*common, "--out", out, "--batch-tokens", "512", "--budgets", "2048", "--strict") == 2
     err = capsys.readouterr().err.strip()
@@ -660,18 +661,22 @@ def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, mon
 
     assert jobs.candidates(2, 10) == [(1, 2), (2, 1)] and jobs.candidates(16, 3) == [(1, 16), (2, 8)]
     assert jobs.candidates(1, 5) == [(1, 1)] and jobs.candidates(8, 1) == [(1, 8)]
-    speeds = {(1, 2): 1500.0, (2, 1): 1000.0}
+    speeds = {(1, 2): 1500.0, (2, 1): 1000.0, (1, 1): 700.0}
     monkeypatch.setattr(jobs, "measure", lambda plan, j, t, steps: speeds[(j, t)])
-    monkeypatch.setattr(runner, "cpu_cores", lambda: 2)
     plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0, 1], lr_grid=[1])
+    rec = jobs.choose_jobs(plan, 2)
+    assert (rec["jobs"], rec["threads"]) == (1, 2)
+    assert [(c["jobs"], c["threads"], c["tokens_per_s"]) for c in rec["candidates"]] == [(1, 2, 1500.0), (2, 1, 1000.0)]
+    speeds[(2, 1)] = 2000.0
+    assert (jobs.choose_jobs(plan, 2)["jobs"], jobs.choose_jobs(plan, 2)["threads"]) == (2, 1)
+    # run_comparison(jobs="auto") measures, runs with the choice, and keeps the measurement in the report dir.
+    monkeypatch.setattr(runner, "cpu_cores", lambda: 1)  # one candidate: the runs stay in this process
     report = run_comparison(plan, tmp_path / "auto", jobs="auto", progress=False)
     rec = json.loads((tmp_path / "auto" / "jobs.json").read_text())
-    assert (rec["jobs"], rec["threads"]) == (1, 2) and report.data["jobs"] == 1 and report.data["threads"] == 2
-    assert [c["tokens_per_s"] for c in rec["candidates"]] == [1500.0, 1000.0]
+    assert (rec["jobs"], rec["threads"], report.data["jobs"], report.data["threads"]) == (1, 1, 1, 1)
+    assert rec["candidates"] == [{"jobs": 1, "threads": 1, "tokens_per_s": 700.0}]
     md = (tmp_path / "auto" / "report.md").read_text()
-    assert "--jobs auto: measured jobs x threads on gpt+ (3 steps each): 1x2: 1,500 tok/s, 2x1: 1,000 tok/s" in md
-    speeds[(2, 1)] = 2000.0
-    assert jobs.choose_jobs(plan, 2)["jobs"] == 2
+    assert "--jobs auto: measured jobs x threads on gpt+ (3 steps each): 1x1: 700 tok/s; chose 1x1" in md
 
 
 @pytest.mark.slow
