@@ -242,7 +242,8 @@ def retuned(arm: Arm) -> Arm:
     """`arm` re-tuned (SPEC section 7): LR x weight decay {0, 0.1} x warm-up {0, 1%, 5%} at every budget, labelled
     ``LABEL_retuned``. Its own weight decay and warm-up settings give way to the grid."""
     train = {k: v for k, v in arm.train.items() if k not in ("weight_decay", "warmup_steps")}
-    return Arm(f"{arm.label}_retuned", arm.base, arm.arch, dict(arm.model), train, {**arm.tune, **RETUNE_GRID})
+    tune = {**arm.tune, **{k: list(v) for k, v in RETUNE_GRID.items()}}
+    return Arm(f"{arm.label}_retuned", arm.base, arm.arch, dict(arm.model), train, tune)
 
 
 def _split_opts(text: str) -> list[str]:
