@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from angpt.compare.plan import Plan
-from angpt.compare.sweep import SweepResult
+from angpt.compare.sweep import Sweeps, chosen
 
 TEMPERATURE = 0.8
 TOP_K = 40
 
 
 def sample_arms(
-    plan: Plan, report_dir: Path, sweeps: dict[str, SweepResult], prompt: str, max_new_tokens: int = 80
+    plan: Plan, report_dir: Path, sweeps: Sweeps, prompt: str, max_new_tokens: int = 80
 ) -> dict[str, str | None]:
-    """arm label -> the continuation of `prompt` by its first seed's model at the largest budget and chosen LR.
+    """arm label -> the continuation of `prompt` by its first seed's model at the largest budget and chosen point.
 
     None for an arm without such a finished run (a failed sweep, a diverged run without a finite checkpoint).
     """
@@ -28,11 +28,11 @@ def sample_arms(
 
     out: dict[str, str | None] = {}
     for arm in plan.arms:
-        lr = sweeps[arm.label].best
-        run = plan.run_dir(report_dir, arm, plan.budgets[-1], plan.seeds[0], lr) if lr is not None else None
+        point = chosen(plan, sweeps, arm.label, plan.budgets[-1])  # (LR, tuned setting) or None
+        run = plan.run_dir(report_dir, arm, plan.budgets[-1], plan.seeds[0], *point) if point is not None else None
         try:
             if run is None:
-                raise UserError("no chosen learning rate")
+                raise UserError("no chosen learning rate")  # handled below: no sample
             model, tokenizer = load_checkpoint_model(run)
         except (UserError, OSError):  # CheckpointError is a UserError
             out[arm.label] = None
