@@ -53,6 +53,9 @@ def models(tok):
         "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
         "gpt+laurel": trained("gpt+", tok, laurel="rw+lr+pa", laurel_rw_shape="vector"),  # the "prenorm" form
         "angpt-laurel": trained("angpt", tok, laurel="rw+lr+pa"),
+        "gpt+wn-laurel": trained("gpt+wn", tok, laurel="rw+lr"),  # W = g V/||V|| and LAUREL both folded
+        "gpt+wn": trained("gpt+wn", tok),  # folded (W = g V/||V||) into a plain GPT+, then Qwen3
+        "angpt_frozen_alpha": trained("angpt", tok, freeze_alpha=True),  # exports as its base, anGPT
     }
 
 
@@ -73,7 +76,13 @@ def hf_greedy(hf_model, x, n=12, use_cache=True):
 
 
 @pytest.mark.parametrize(
-    "name,cls", [("gpt+", "Qwen3ForCausalLM"), ("gpt", "LlamaForCausalLM"), ("ln_scaling", "Qwen3ForCausalLM")]
+    "name,cls",
+    [
+        ("gpt+", "Qwen3ForCausalLM"),
+        ("gpt", "LlamaForCausalLM"),
+        ("ln_scaling", "Qwen3ForCausalLM"),
+        ("gpt+wn", "Qwen3ForCausalLM"),
+    ],
 )
 def test_gpt_family_exports_as_native_transformers_model(models, exports, tok, name, cls):
     ours, out = models[name], exports[name]
@@ -99,7 +108,9 @@ def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
     assert import_hf(exports["gpt"]).config.arch == "gpt"
 
 
-@pytest.mark.parametrize("arch", ["ngpt", "angpt", "angpt-gelu", "gpt+laurel", "angpt-laurel"])
+@pytest.mark.parametrize(
+    "arch", ["ngpt", "angpt", "angpt-gelu", "gpt+laurel", "angpt-laurel", "gpt+wn-laurel", "angpt_frozen_alpha"]
+)
 def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     ours, out = models[arch], exports[arch]
     cfg = json.loads((out / "config.json").read_text())
@@ -279,6 +290,10 @@ def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
         export_hf(angpt.build_model("gpt+", "tiny", norm="dyt", laurel="lr"), tmp_path / "a")
     with pytest.raises(UserError, match="exports as 'folded', not 'qwen3'"):  # Qwen3 has no LAUREL
         export_hf(models["gpt+laurel"], tmp_path / "a", format="qwen3")
+    with pytest.raises(UserError, match=r"export is not supported for gpt\+cos \(model.attention=cosine\)"):
+        export_hf(angpt.build_model("gpt+cos", "tiny"), tmp_path / "a", tok)
+    with pytest.raises(UserError, match=r"export is not supported for gpt\+cos \(model.attention=cosine\)"):
+        export_hf(angpt.build_model("gpt+cos", "tiny", laurel="rw+lr"), tmp_path / "a", tok)
     assert os.listdir(tmp_path) == []
 
     busy = tmp_path / "busy"

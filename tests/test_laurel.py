@@ -11,6 +11,7 @@ import angpt
 from angpt.errors import ConfigError
 from angpt.infer import generate
 from angpt.models.base import Context
+from angpt.models.folded import FoldedLM
 from angpt.models.laurel import ApproxLaurel, Laurel, laurel_params
 
 VARIANTS = ["rw", "lr", "pa", "rw+lr", "rw+lr+pa"]
@@ -96,6 +97,19 @@ def test_connection_computes_the_papers_formulas():
     with torch.no_grad():
         sig.w.copy_(torch.tensor([0.0, math.log(3.0)]))  # 2 sigmoid: alpha = 1, beta = 1.5
     assert torch.allclose(sig(x, fx, ctx), fx + 1.5 * x, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["gpt+", "gpt+wn", "gpt+cos", "angpt"])
+def test_laurel_draws_nothing_and_keeps_its_init(arch):
+    """Seeded alike, a model with LAUREL has its base model's weights bit for bit (LAUREL's A, B draw no random
+    numbers and the base init does not re-draw them), and A, B keep LAUREL's init."""
+    base, model = build(arch), build(arch, laurel="rw+lr+pa")
+    for name, p in base.named_parameters():
+        assert torch.equal(model.get_parameter(name), p), name
+    r, d = 32, 64
+    pattern = (torch.arange(d) % r == torch.arange(r)[:, None]).float() / math.sqrt(r * d)
+    for conn in connections(model):
+        assert torch.equal(conn.A, pattern) and not conn.B.any(), conn.index
 
 
 def test_low_rank_init_is_the_column_orthogonal_pattern():
@@ -247,12 +261,16 @@ def test_angpt_norm_stays_near_one_with_nonzero_laurel_weights(variant, energy, 
         ("gpt+", {"laurel": "pa", "norm": "ln_scaling"}),
         ("angpt", {"laurel": "rw+lr+pa"}),
         ("angpt", {"laurel": "rw+lr", "alpha_shape": "scalar", "laurel_rw_shape": "vector"}),
+        ("gpt+wn", {"laurel": "rw+lr+pa"}),  # W = g V/||V|| folded too
+        ("gpt+cos", {"laurel": "rw+lr+pa", "laurel_rw_shape": "vector"}),  # 1/tau onto q's gain
     ],
 )
 def test_folded_logits_equal_unfolded(arch, overrides):
     model = train_steps(build(arch, **overrides), steps=3).eval()
     folded = angpt.fold_for_inference(model)
-    assert not any(n.endswith(".w") for n, _ in folded.named_parameters())  # RW's weights are folded away
+    assert isinstance(folded, FoldedLM)
+    # RW's weights, weight normalisation's V and g, cosine attention's log(1/tau): all folded away
+    assert not any(n.endswith((".w", ".v", ".g", "logit_scale")) for n, _ in folded.named_parameters())
     x = tokens(2, 48)
     with torch.no_grad():
         ref = model(x)[0]
@@ -269,7 +287,8 @@ def test_folded_logits_equal_unfolded(arch, overrides):
         ("gpt+", {"laurel": "lr", "laurel_rank": 0}, "laurel_rank=0 must be a positive integer"),
         ("angpt", {"laurel_pa_depth": -1}, "laurel_pa_depth=-1 must be a positive integer"),
         ("gpt+", {"laurel_rw_shape": "matrix"}, "laurel_rw_shape"),
-        ("ngpt", {"laurel": "lr"}, "not available for ngpt; LAUREL runs on: gpt, gpt\\+, angpt"),
+        ("ngpt", {"laurel": "lr"}, "laurel='lr' does not apply to arch 'ngpt'; it applies to: gpt, gpt\\+, angpt, "),
+        ("tokenformer", {"laurel": "rw"}, "laurel='rw' does not apply to arch 'tokenformer'"),
     ],
 )
 def test_bad_laurel_configs_are_one_line_errors(arch, overrides, match):

@@ -14,9 +14,9 @@ from angpt.errors import UserError
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
-    from angpt.models import PRESETS, build_model, describe_constants, make_config, model_from_config, registry
+    from angpt.models import PRESETS, build_model, describe_constants, make_config, registry
 
-    if args.preset is None:
+    if args.preset is None and args.arch is None:
         print(f"presets (parameters of {registry.BASELINE}):")
         for name in PRESETS:
             cfg = make_config(registry.BASELINE, name)
@@ -28,20 +28,23 @@ def cmd_info(args: argparse.Namespace) -> int:
         for name, spec in registry.ARCHITECTURES.items():
             print(f"  {name:<11} {spec.summary} [{spec.recipe.optimizer}, lr {spec.recipe.lr:g}]")
         print("variants:")
+        width = max(map(len, registry.VARIANTS))
         for name, (arch, overrides) in registry.VARIANTS.items():
-            print(f"  {name:<13} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
-        print("a config and its constants: angpt info --arch angpt --preset demo")
+            print(f"  {name:<{width}} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
+        print("a config, its constants and parameters: angpt info --arch angpt [--preset demo]")
         return 0
     from angpt.models.laurel import laurel_params
 
-    cfg = make_config(args.arch, args.preset, **_parse_overrides(args.set or []))
+    arch, variant = registry.resolve_arm(args.arch or "angpt")  # an architecture, or a variant (ngpt_frozen_alpha)
+    cfg = make_config(arch, args.preset or "demo", **{**variant, **_parse_overrides(args.set or [])})
+    constants = describe_constants(cfg)  # first: Monte Carlo constants are computed (and cached) on the CPU
     with torch.device("meta"):  # shapes only
-        model = model_from_config(cfg)
+        model = build_model(cfg.arch, cfg)
     params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
     if cfg.laurel_parts:
         params["laurel"] = laurel_params(model)
-    out = {"config": cfg.to_dict(), "constants": describe_constants(cfg), "params": params}
-    print(json.dumps(out, indent=2, default=str))
+    info = {"config": cfg.to_dict(), "constants": constants, "params": params}
+    print(json.dumps(info, indent=2, default=str))
     return 0
 
 
@@ -212,6 +215,24 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grow(args: argparse.Namespace) -> int:
+    from angpt.train.grow import grow_checkpoint
+
+    out = grow_checkpoint(
+        args.checkpoint, args.out, args.add_tokens, args.add_ffn_tokens, freeze_old=args.freeze_old, seed=args.seed
+    )
+    from angpt.train.checkpoint import read_state
+
+    state = read_state(out)
+    grown, arch = state["grown_from"], state["model_config"]["arch"]
+    frozen = "; old tokens frozen" if args.freeze_old else ""
+    print(
+        f"grew {arch} from {grown['params']:,} to {state['params']:,} parameters (same logits){frozen}: {out}; "
+        f"continue with angpt train --arch {arch} --init_from {out} --data DIR --out DIR"
+    )
+    return 0
+
+
 def _limit(value: float | None) -> int | float | None:
     """lm-eval's limit: a document count when >= 1, else a fraction."""
     return int(value) if value is not None and value >= 1 else value
@@ -279,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
-    s.add_argument("--arch", default="angpt")
-    s.add_argument("--preset", default=None)
+    s.add_argument("--arch", default=None, help="an architecture or a variant (default angpt when --preset is given)")
+    s.add_argument("--preset", default=None, help="a preset (default demo when --arch is given)")
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
 
@@ -309,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512",
     )
     s.add_argument("--config", default=None, help="YAML recipe (see configs/)")
-    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt")
+    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt | tokenformer")
     s.add_argument("--preset", default=None)
     s.add_argument("--data", default=None)
     s.add_argument("--out", default=None)
@@ -355,6 +376,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
     s.set_defaults(func=cmd_import_hf)
+
+    s = sub.add_parser(
+        "grow",
+        help="append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits",
+        allow_abbrev=False,
+    )
+    s.add_argument("checkpoint", help="a checkpoint folder, or a run folder (its latest checkpoint)")
+    s.add_argument("out", help="the new checkpoint folder (must not exist); then: angpt train --init_from OUT")
+    s.add_argument("--add-tokens", type=int, required=True, help="tokens appended to each Q, K, V, output Pattention")
+    s.add_argument(
+        "--add-ffn-tokens", type=int, default=None, help="tokens appended to each FFN Pattention (default: pro rata)"
+    )
+    s.add_argument("--freeze-old", action="store_true", help="keep the old tokens fixed in the continued training")
+    s.add_argument("--seed", type=int, default=0, help="seed of the new value tokens")
+    s.set_defaults(func=cmd_grow)
 
     s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
     s.add_argument("checkpoint")

@@ -118,6 +118,38 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+def rope_tables(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B, 1, T, d_h] at `position_ids` [B, T]: the same float64 angles as angpt's RoPE buffer, computed
+    per call (no non-persistent buffers to restore)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=position_ids.device) / head_dim)
+    )
+    angles = position_ids.to(torch.float64)[..., None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, d_h]
+    return angles.cos().float(), angles.sin().float()
+
+
+def attention_mask_for(attention_mask, past: int, T: int, device) -> tuple[torch.Tensor | None, bool]:
+    """(mask, is_causal) for SDPA over `past` cached and T new positions, from the usual 2D [B, past + T] mask of
+    1 (token) / 0 (padding) or a 4D one.
+
+    A boolean mask [B, 1, T, past + T] (True = attend) only where one is needed: with padding, or when the queries
+    do not start at key 0 (SDPA's is_causal aligns top-left, we need bottom-right).
+    """
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 2 and bool((attention_mask == 0).any()):
+        keys = attention_mask[:, : past + T].bool()
+        causal = torch.arange(past + T, device=device)[None] <= torch.arange(past, past + T, device=device)[:, None]
+        return causal[None, None] & keys[:, None, None, :], False
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+        return (attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0), False
+    if past == 0:
+        return None, T > 1
+    if T > 1:
+        causal = torch.arange(past + T, device=device)[None] <= torch.arange(past, past + T, device=device)[:, None]
+        return causal[None, None], False
+    return None, False
+
+
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
 
 
@@ -289,16 +321,6 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
 
-    def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Same float64 angles as angpt's RoPE buffer, computed per call (no non-persistent buffers to restore).
-        dh = self.config.head_dim
-        inv_freq = 1.0 / (
-            self.config.rope_theta ** (torch.arange(0, dh, 2, dtype=torch.float64, device=position_ids.device) / dh)
-        )
-        angles = position_ids.to(torch.float64)[..., None] * inv_freq
-        angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, d_h]
-        return angles.cos().float(), angles.sin().float()
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -339,26 +361,8 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
             )
         position_ids = position_ids.expand(B, T) if position_ids.shape[0] == 1 else position_ids
 
-        # Boolean mask [B, 1, T, past + T] (True = attend) only where one is needed: with padding, or when the
-        # queries do not start at key 0 (SDPA's is_causal aligns top-left, we need bottom-right).
-        mask, is_causal = None, False
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 2 and bool((attention_mask == 0).any()):
-            keys = attention_mask[:, : past + T].bool()
-            causal = (
-                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
-            )
-            mask = causal[None, None] & keys[:, None, None, :]
-        elif isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
-            mask = attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
-        elif past == 0:
-            is_causal = T > 1
-        elif T > 1:
-            causal = (
-                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
-            )
-            mask = causal[None, None]
-
-        cos, sin = self._rope_tables(position_ids)
+        mask, is_causal = attention_mask_for(attention_mask, past, T, h.device)
+        cos, sin = rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
         att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
         states: dict = {}  # LAUREL-PA: the input of every residual connection so far, in this forward
         for block in self.blocks:

@@ -105,7 +105,8 @@ class ANGPTBlock(Block):
 
 class ANGPT(SphereLM):
     weight_constraint = "bounded"
-    supports_laurel = True  # LAUREL's A, B are not constrained: not unit maps (docs/architectures.md#laurel)
+    # LAUREL's A, B are not constrained: not unit maps (docs/architectures.md#laurel)
+    controls = SphereLM.controls | {"laurel"}
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -116,6 +117,7 @@ class ANGPT(SphereLM):
         # (needed for `calibrated`; harmless otherwise).
         self.register_buffer("nu_att", self.nu.nu_att.clone())
         self.reset_parameters()
+        self.freeze_controls()
 
     @property
     def att_scale(self) -> torch.Tensor:
@@ -129,6 +131,32 @@ class ANGPT(SphereLM):
         for b in self.blocks:
             rows += [(b.qkv.weight, 1), (b.proj.weight, 1), (b.up.weight, 1), (b.down.weight, 1)]
         return {self.constraint_of(self.config): rows}
+
+
+def calibration_step(cfg: ModelConfig, max_steps: int) -> int | None:
+    """The step after which a `calibrated` run measures nu_att (None for the other nu_att choices)."""
+    if cfg.nu_att != "calibrated":
+        return None
+    return min(max_steps - 1, int(cfg.nu_att_calibrate_at * max_steps))
+
+
+def calibrate_during_training(model: ANGPT, step: int, max_steps: int, batches) -> str | None:
+    """The training recipe's hook for nu_att = "calibrated" (registry `before_step`).
+
+    Called before every optimizer step with the number of steps done; once `model.nu_att_calibrate_at` of the run
+    has passed, measures nu_att on `batches(n)` (n training batches the trainer draws apart from its own stream, the
+    same on every rank) and freezes it: the persistent `nu_att` buffer carries it into checkpoints, so a resumed
+    run neither loses it nor measures it again.
+    """
+    if step != calibration_step(model.config, max_steps):
+        return None
+    was_training = model.training
+    model.eval()
+    try:
+        nu_att = calibrate_nu_att(model, batches(model.config.nu_att_calibrate_batches))
+    finally:
+        model.train(was_training)
+    return f"nu_att calibrated at step {step}: {float(nu_att[0]):.3f} at position 1 .. {float(nu_att[-1]):.3f} at T"
 
 
 @torch.no_grad()

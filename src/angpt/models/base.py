@@ -53,17 +53,21 @@ class LanguageModel(nn.Module):
     """Token embedding -> blocks -> logits. Subclasses build `blocks` and implement `logits(h)`.
 
     Class attributes state what follows from the equations: `unit_qk` (q and k have unit norm, so the default
-    softmax scale is sqrt(d_h) rather than 1/sqrt(d_h)) and `weight_constraint`, the row constraint after every
-    optimizer step unless the config names another. Under bf16 autocast the residual stream keeps the parameters'
-    dtype (fp32) and each block casts its branch outputs to it explicitly (CPU and CUDA autocast differ in how they
-    promote mixed operands).
+    softmax scale is sqrt(d_h) rather than 1/sqrt(d_h)), `weight_constraint`, the row constraint after every
+    optimizer step unless the config names another, and `controls`, the control options it implements. Under bf16
+    autocast the residual stream keeps the parameters' dtype (fp32) and each block casts its branch outputs to it
+    explicitly (CPU and CUDA autocast differ in how they promote mixed operands).
     """
 
     blocks: nn.ModuleList
     unit_qk: bool = False
     weight_constraint: str = "none"
+    controls: frozenset[str] = frozenset()  # the control options (config.CONTROLS) this model implements
     checkpoint_blocks: bool = False  # recompute each block in backward (set by train.dist.parallelize)
-    supports_laurel: bool = False  # whether `model.laurel` may be set (models/laurel.py)
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Raise a one-line ConfigError for option combinations this model cannot build (none by default)."""
 
     @classmethod
     def default_softmax_scale(cls, cfg: ModelConfig) -> float:
@@ -76,6 +80,7 @@ class LanguageModel(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.check_config(config)
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.rope = RoPE(config.head_dim, config.context_length, config.rope_theta)

@@ -15,6 +15,7 @@ What is left of each residual update:
 
 With LAUREL (models/laurel.py) anGPT and GPT+ add B' A h + sum_j G_j * x_{i-j} to the update (`FoldedLaurel`),
 its RW weights and normalising factor folded into W_p, W_d, r, B' and G; GPT+ with LAUREL keeps its pre-norms.
+`FoldedGPT.fold` is the GPT family's one fold: weight normalisation (gpt+wn) into plain weights, then LAUREL's.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from torch import nn
 
 from angpt.models.base import Block, Context, LanguageModel
 from angpt.models.config import ModelConfig
-from angpt.models.gpt import make_norm
+from angpt.models.gpt import GPT, make_norm
 from angpt.models.laurel import FoldedLaurel, folded_laurel
-from angpt.models.layers import ACTIVATIONS, attend, merge_heads, softmax_scale, split_heads, unit_norm, unit_qk
+from angpt.models.layers import ACTIVATIONS, attend, merge_heads, split_heads, unit_norm, unit_qk
 
 
 class FoldedBlock(Block):
@@ -106,12 +107,16 @@ class FoldedANGPTBlock(FoldedBlock):
 
 
 class FoldedGPTBlock(FoldedBlock):
-    """GPT+ with LAUREL folded in: h = r * h + x + LAUREL's terms after x = Attn(Norm(h)), then MLP(Norm(h))."""
+    """GPT+ with LAUREL folded in: h = r * h + x + LAUREL's terms after x = Attn(Norm(h)), then MLP(Norm(h)).
+
+    Cosine attention (gpt+cos) is q, k unit per head with 1/tau as q's gain and softmax scale 1 (RoPE is a rotation:
+    normalising after it is normalising before it).
+    """
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
-        super().__init__(cfg, layer, qk_unit=False)
+        super().__init__(cfg, layer, qk_unit=cfg.attention == "cosine")
         d = cfg.d_model
-        self.scale = softmax_scale(cfg, False)
+        self.scale = GPT.default_softmax_scale(cfg)
         self.attn_norm, self.mlp_norm = make_norm(cfg, d), make_norm(cfg, d)  # LN-scaling's factor sits in the gain
         if cfg.qk_norm:
             self.q_norm, self.k_norm = make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)
@@ -194,13 +199,15 @@ class FoldedGPT(FoldedLM):
     @classmethod
     @torch.no_grad()
     def fold(cls, model: nn.Module) -> nn.Module:
-        """GPT+ with LAUREL in folded form: alpha onto W_p's and W_d's rows, beta into r and B', gamma into G.
+        """The GPT family's inference form, in two steps. Weight normalisation (gpt+wn) first: each W = g V/||V||
+        computed into a plain weight (`GPT.fold`). Then LAUREL: alpha onto W_p's and W_d's rows, beta into r and B',
+        gamma into G (and cosine attention's 1/tau onto q's gain).
 
-        Without LAUREL a GPT+ has nothing to fold, and an eval-mode fp32 copy comes back.
+        Without LAUREL the plain GPT+ of the first step comes back (eval mode, fp32), which exports as Qwen3 / Llama.
         """
-        src = copy.deepcopy(model).float()
+        src = GPT.fold(model) if model.config.weight_norm else copy.deepcopy(model).float().eval()
         if not src.config.laurel_parts:
-            return src.eval()
+            return src
         out = cls(src.config)
         out.embed.weight.copy_(src.embed.weight)
         out.lm_head.weight.copy_(src.lm_head.weight)
@@ -209,6 +216,8 @@ class FoldedGPT(FoldedLM):
             for name in ("qkv", "proj", "up", "down", "attn_norm", "mlp_norm", "q_norm", "k_norm"):
                 if getattr(sb, name) is not None:
                     _copy_module(getattr(fb, name), getattr(sb, name))
+            if sb.inv_tau is not None:  # cosine attention: logits cos(q, k) / tau
+                fb.q_gain.copy_(sb.inv_tau().view(-1, 1, 1).expand_as(fb.q_gain))
             for conn, weight, res, laurel in (
                 (sb.residual_A, fb.proj.weight, fb.res_A, fb.laurel_A),
                 (sb.residual_M, fb.down.weight, fb.res_M, fb.laurel_M),
