@@ -276,38 +276,9 @@ class NormalizedResidualBlock(AngptFoldedBlock):
 BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock, "prenorm": PreNormBlock}
 
 
-class AngptFoldedPreTrainedModel(PreTrainedModel):
-    config_class = AngptFoldedConfig
-    base_model_prefix = "angpt"
-    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock", "PreNormBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _supports_sdpa = True
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        # Exported weights always come with the checkpoint; this only gives fresh models (from_config) sane values.
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, 0.02)
-        elif isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, 0.02)
-
-
-class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
-    """Folded nGPT / anGPT (or GPT+ with LAUREL) language model with a Hugging Face `Cache` for `generate`."""
-
-    def __init__(self, config: AngptFoldedConfig) -> None:
-        super().__init__(config)
-        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        block = BLOCKS[config.residual]
-        self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.final_norm = RMSNorm(config.hidden_size, config.norm_eps) if config.residual == "prenorm" else None
-        if config.position_scale:
-            # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
-            self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
-        else:
-            self.att_scale = None
-        self.post_init()
+class CausalLMSeams:
+    """What our causal-LM classes share with transformers' conventions: embedding accessors (`embed`, `lm_head`),
+    the inputs of a forward (cache, positions, mask, RoPE tables) and its output (kept logits, shifted loss)."""
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embed
@@ -321,24 +292,11 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values=None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """Logits [B, T, V], and the next-token loss when `labels` are given (`causal_lm_loss`: transformers'
-        convention, labels shifted here, -100 ignored; `num_items_in_batch` and `shift_labels` are honoured).
+    def prepare_forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache):
+        """(h, cache or None, position_ids [B, T], (mask, is_causal), (cos, sin)) for one forward.
 
         `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
-        past .. past + T - 1.
+        past .. past + T - 1; a DynamicCache is made when `use_cache` and none is given.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -360,9 +318,79 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
                 f"{self.config.max_position_embeddings} this model was trained for"
             )
         position_ids = position_ids.expand(B, T) if position_ids.shape[0] == 1 else position_ids
+        masks = attention_mask_for(attention_mask, past, T, h.device)
+        return h, cache, position_ids, masks, rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
 
-        mask, is_causal = attention_mask_for(attention_mask, past, T, h.device)
-        cos, sin = rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
+    @staticmethod
+    def output(h, head, logits_to_keep, labels, cache, kwargs) -> CausalLMOutputWithPast:
+        """Logits `head(h)` at the kept positions, and the loss against `labels` (`causal_lm_loss`)."""
+        if isinstance(logits_to_keep, int):
+            h = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
+        else:
+            h = h[:, logits_to_keep]
+        logits = head(h)
+        loss = None
+        if labels is not None:
+            n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
+            loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+
+
+class AngptFoldedPreTrainedModel(PreTrainedModel):
+    config_class = AngptFoldedConfig
+    base_model_prefix = "angpt"
+    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock", "PreNormBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        # Exported weights always come with the checkpoint; this only gives fresh models (from_config) sane values.
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, 0.02)
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 0.02)
+
+
+class AngptFoldedForCausalLM(CausalLMSeams, AngptFoldedPreTrainedModel, GenerationMixin):
+    """Folded nGPT / anGPT (or GPT+ with LAUREL) language model with a Hugging Face `Cache` for `generate`."""
+
+    def __init__(self, config: AngptFoldedConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        block = BLOCKS[config.residual]
+        self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.final_norm = RMSNorm(config.hidden_size, config.norm_eps) if config.residual == "prenorm" else None
+        if config.position_scale:
+            # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
+            self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
+        else:
+            self.att_scale = None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Logits [B, T, V], and the next-token loss when `labels` are given (`causal_lm_loss`: transformers'
+        convention, labels shifted here, -100 ignored; `num_items_in_batch` and `shift_labels` are honoured).
+
+        `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
+        past .. past + T - 1.
+        """
+        h, cache, position_ids, (mask, is_causal), (cos, sin) = self.prepare_forward(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+        )
         att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
         states: dict = {}  # LAUREL-PA: the input of every residual connection so far, in this forward
         for block in self.blocks:
@@ -370,16 +398,7 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
         if self.final_norm is not None:
             h = self.final_norm(h)
 
-        if isinstance(logits_to_keep, int):
-            h_out = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
-        else:
-            h_out = h[:, logits_to_keep]
-        logits = self.lm_head(h_out)
-        loss = None
-        if labels is not None:
-            n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
-            loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+        return self.output(h, self.lm_head, logits_to_keep, labels, cache, kwargs)
 
 
 def causal_lm_loss(

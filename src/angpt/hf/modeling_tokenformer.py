@@ -28,7 +28,7 @@ from torch import nn
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .modeling_angpt import DynamicCache, _rope, attention_mask_for, causal_lm_loss, rope_tables
+from .modeling_angpt import CausalLMSeams, _rope
 
 MODEL_TYPE = "angpt_tokenformer"
 THETAS = ("l2_norm_gelu", "softmax")
@@ -150,7 +150,7 @@ class TokenformerPreTrainedModel(PreTrainedModel):
             module.weight.normal_(0.0, 0.02)
 
 
-class TokenformerForCausalLM(TokenformerPreTrainedModel, GenerationMixin):
+class TokenformerForCausalLM(CausalLMSeams, TokenformerPreTrainedModel, GenerationMixin):
     """TokenFormer language model with a Hugging Face `Cache` (DynamicCache) for `generate`."""
 
     def __init__(self, config: TokenformerConfig) -> None:
@@ -159,18 +159,6 @@ class TokenformerForCausalLM(TokenformerPreTrainedModel, GenerationMixin):
         self.blocks = nn.ModuleList(TokenformerBlock(config, i) for i in range(config.num_hidden_layers))
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.embed
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.embed = value
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Module) -> None:
-        self.lm_head = value
 
     def forward(
         self,
@@ -187,38 +175,14 @@ class TokenformerForCausalLM(TokenformerPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """Logits [B, T, V], and the next-token loss when `labels` are given (transformers' convention: labels
         shifted here, -100 ignored). Masks, positions and the cache as in modeling_angpt's folded class."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        B, T = h.shape[:2]
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None and DynamicCache is not None:
-            try:
-                past_key_values = DynamicCache(config=self.config)
-            except TypeError:  # transformers < 4.56: DynamicCache takes no config
-                past_key_values = DynamicCache()
-        cache = past_key_values if use_cache else None
-        past = cache.get_seq_length() if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + T, device=h.device)[None]
-        if position_ids.max() >= self.config.max_position_embeddings:
-            raise ValueError(
-                f"position {int(position_ids.max())} is beyond the context length "
-                f"{self.config.max_position_embeddings} this model was trained for"
-            )
-        position_ids = position_ids.expand(B, T) if position_ids.shape[0] == 1 else position_ids
-        mask, is_causal = attention_mask_for(attention_mask, past, T, h.device)
-        cos, sin = rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
+        h, cache, position_ids, (mask, is_causal), (cos, sin) = self.prepare_forward(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+        )
         for block in self.blocks:
             h = block(h, cos, sin, mask, is_causal, cache)
 
-        if isinstance(logits_to_keep, int):
-            h_out = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
-        else:
-            h_out = h[:, logits_to_keep]
-        logits = self.lm_head(_layer_norm(h_out, self.config.layer_norm_eps))
-        loss = None
-        if labels is not None:
-            n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
-            loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+        return self.output(h, self.head, logits_to_keep, labels, cache, kwargs)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits of final hidden states: the non-parametric final LayerNorm, then W_out."""
+        return self.lm_head(_layer_norm(h, self.config.layer_norm_eps))
