@@ -21,13 +21,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev,scaling]"
 	touch $(STAMP)
 
-# The main job: a small GPT+ vs anGPT comparison on the embedded corpus (~10 min on 2 CPU cores). It is a smoke
-# test of the pipeline, not evidence: see benchmarks/ for the larger comparisons. Re-running resumes.
+# The main job: GPT+ and anGPT side by side, 1,000 optimizer steps each (1M tokens, a 4-layer d=128 model), both
+# trained at once on two cores (~6 min on a quiet 2-core machine after the install; benchmarks/RESULTS.md). One seed
+# at the recipes' learning rates: a demonstration that both learn, not evidence (see benchmarks/ for that).
+# The report ends with the loss curves, the difference and a text sample from each model. Re-running resumes.
 demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
 	$(BIN)/angpt compare --data $(DATA) --out $(OUT) --arms gpt+,angpt --baseline gpt+ \
-		--budgets 128Ki,256Ki --seeds 0 --lr-grid 1 --preset demo --batch-tokens 8192 --micro-batch 16 \
-		--eval-batches 8
+		--budgets 1000Ki --seeds 0 --lr-grid 1 --preset demo \
+		--set model.d_model=128 model.n_layers=4 model.n_heads=2 model.context_length=128 \
+		--batch-tokens 1024 --seq-len 128 --micro-batch 8 --eval-batches 16 --eval-points 20 \
+		--jobs 2 --threads 1 --sample "def main(" --sample-tokens 80
 	@cat $(OUT)/report.md
 
 train-demo: $(STAMP)

@@ -4,7 +4,11 @@ import argparse
 import json
 import math
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from angpt.compare import (
 from angpt.compare.cli import add_compare_parser
 from angpt.compare.stats import betainc, t_sf_two_sided
 from angpt.compare.store import read_rows
-from angpt.compare.sweep import main_specs, run_sweeps
+from angpt.compare.sweep import main_specs, run_plan, run_sweeps
 from angpt.errors import ConfigError, UserError
 
 # Two budgets of 4 and 8 steps of 512 tokens (8 sequences of the tiny preset's 64 tokens).
@@ -129,7 +133,9 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     for label, losses in (("gpt+", base_losses), ("angpt", cand_losses)):
         final = {b: {s: losses[s][i] for s in plan.seeds} for i, b in enumerate(plan.budgets)}
         runs[label] = ArmRuns(label, lr=1e-3, final=final, bpb={b: {} for b in plan.budgets})
-    sweeps = {a: SweepResult(a, [1e-3], {1e-3: 3.0}, 1e-3, 0, False, True) for a in ("gpt+", "angpt")}
+    b0 = plan.sweep_budget
+    sw = {a: SweepResult(a, b0, [1e-3], {(1e-3, ()): 3.0}, (1e-3, ()), 0, False, True) for a in ("gpt+", "angpt")}
+    sweeps = {a: {b0: s} for a, s in sw.items()}
     arms = analyse(plan, runs, sweeps)
     sp = arms["angpt"]["speedup"]
 
@@ -167,8 +173,14 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     assert om["mean"] == pytest.approx((2**-0.5 + 2**-0.4 + 2**0.2) / 3, rel=1e-9)
 
     line = verdict(plan, "angpt", arms["angpt"])
-    assert "needs 1.09x as many tokens as gpt+ to reach its loss (speedup 0.92x, ±0.09 over 3 seeds)" in line
-    assert "1 below range, speedup >= 1.00x; 1 not reached, speedup < 0.50x" in line
+    # It leads with the paired difference at 8Ki: per-seed differences -0.5, -0.05, -0.05 (mean -0.2, sd
+    # sqrt(0.0675), se 0.15, t = -4/3 on 2 df: p = 1 - |t| / sqrt(2 + t^2) = 0.314; 95% CI -0.2 +- 4.302653 x 0.15).
+    assert line.startswith(
+        "angpt vs gpt+ at 8Ki tokens: final loss 0.2000 lower (9.09%), 95% CI [-0.8454, +0.4454], paired p=0.31"
+    )
+    # A point the arm never reaches (seed 1 at 4Ki) would inflate the mean if left out: no speedup is claimed.
+    assert sp["established"] is False and "tokens" not in line.split("; ", 1)[1]
+    assert "no speedup can be claimed: 1 of 9 points never reach gpt+'s loss (speedup < 0.50x there)" in line
     report = {
         "arms": arms,
         "machine": machine_stub(),
@@ -180,7 +192,7 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
         "warnings": [],
     }
     md = render_markdown(plan, report, {})
-    assert "| angpt | 0.92 ± 0.09x | 7/9 | 0.87x |" in md
+    assert "measured points alone: 0.92 ± 0.09x | 7/9 |" in md and "| 0.87x |" in md
 
 
 def machine_stub():
@@ -251,17 +263,17 @@ def test_sweep_extends_an_edge_optimum_and_records_it(data_dir):
     parabola = lambda lr: 3.0 + math.log2(lr / 4e-3) ** 2  # noqa: E731
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=3)
     sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
-    assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best == 4e-3 and sw.extensions == 2 and not sw.at_edge
+    assert sw.grid == [1e-3, 2e-3, 4e-3, 8e-3] and sw.best_lr == 4e-3 and sw.extensions == 2 and not sw.at_edge
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-3}, lr_grid=[1, 2], max_extensions=1)
     sw = run_sweeps(plan, FakeRunner(parabola))["angpt"]
-    assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best == 4e-3 and sw.at_edge  # unfinished: reported as such
+    assert sw.grid == [1e-3, 2e-3, 4e-3] and sw.best_lr == 4e-3 and sw.at_edge  # unfinished: reported as such
     # Every LR diverging moves the grid down; the best is the highest LR that trains.
     plan = make_plan(data_dir, **TINY, arms=["angpt"], lr={"angpt": 1e-2}, lr_grid=[1, 2], max_extensions=3)
     runner = FakeRunner(lambda lr: math.inf if lr > 3e-3 else 3.0 - lr)
     sw = run_sweeps(plan, runner)["angpt"]
     assert sw.grid == [1.25e-3, 2.5e-3, 5e-3, 1e-2, 2e-2] and sw.extensions == 3
-    assert sw.best == 2.5e-3 and sw.losses[1e-2] is None and not sw.at_edge
-    assert main_specs(plan, {"angpt": sw})[0].lr == 2.5e-3
+    assert sw.best_lr == 2.5e-3 and sw.losses[(1e-2, ())] is None and not sw.at_edge
+    assert main_specs(plan, {"angpt": {plan.sweep_budget: sw}})[0].lr == 2.5e-3
 
 
 # ---------------------------------------------------------------------------------- whole comparisons
@@ -308,7 +320,7 @@ def test_whole_comparison_writes_every_output(compared):
             assert len({(c["data"], *(c["train"][k] for k in shared), c["train"]["stop_at"]) for c in cfgs}) == 1
     md = (out / "report.md").read_text()
     assert "angpt compare (test)" in md and "## Verdict" in md and "p=" in md and "Welch" in md
-    assert report.verdicts and report.verdicts[0].startswith("angpt")
+    assert report.verdicts and report.verdicts[0].startswith("smoke test: angpt vs gpt+ at 4Ki tokens: final loss")
     assert len(report.trained) == 2 * 3 + 2 * 3  # 3 sweep runs + 3 more main runs per arm
 
 
@@ -416,6 +428,14 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
         # The trainer pads the vocabulary to the dataset's (257 byte ids) unless it is set: set too small, refused.
         (["--arms", "gpt+,angpt", "--budgets", "2048", "--set", "model.vocab_size=100"], "vocab_size=100"),
         (["--arms", "gpt+", "--budgets", "2048", "--set", "train.seed=3"], "--seeds"),
+        (["--arms", "gpt+,angpt", "--budgets", "2048", "--stat", "bayes"], "unknown statistic 'bayes'"),
+        (["--arms", "gpt+", "--budgets", "2048", "--jobs", "0"], "--jobs '0' must be a positive integer or 'auto'"),
+        (["--arms", "gpt+", "--budgets", "2048", "--jobs", "auto", "--threads", "2"], "--jobs auto chooses"),
+        (["--arms", "gpt+", "--budgets", "2048", "--retune", "angpt"], "--retune 'angpt' is not one of the arms"),
+        (["--arms", "gpt+[tune.lr=1:2]", "--budgets", "2048"], "tune.lr cannot be tuned"),
+        (["--arms", "gpt+[tune.warmup=0:1.5]", "--budgets", "2048"], "fractions of the run's steps"),
+        (["--arms", "gpt+[tune.weight_decay=0:x]", "--budgets", "2048"], "numbers separated by ':'"),
+        (["--arms", "gpt+[train.weight_decay=0,tune.weight_decay=0:0.1]", "--budgets", "2048"], "both set"),
     ]
     for i, (args, needle) in enumerate(cases):
         out = tmp_path / f"bad{i}"
@@ -431,11 +451,12 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
     # A report directory holding another plan: refused, untouched.
     plan, out, _ = compared
     before = snapshot(out)
-    for other in (tiny_plan(data_dir, seeds=[0, 1, 2]), tiny_plan(data_dir, arms=["gpt+", "angpt[nu_att=none]"])):
+    for other in (tiny_plan(data_dir, eval_batches=3), tiny_plan(data_dir, arms=["gpt+", "angpt=angpt[nu_att=none]"])):
         with pytest.raises(UserError, match="holds a different comparison"):
             run_comparison(other, out, threads=1, progress=False)
-    assert cli(*common, "--out", out, "--arms", "gpt+,angpt", "--budgets", "2048,8192", "--seeds", "0,1") == 2
-    assert "budgets: [2048, 4096] there, [2048, 8192] here" in capsys.readouterr().err
+    args = ["--arms", "gpt+,angpt", "--budgets", "2048", "--seeds", "0", "--dtype", "fp32", "--eval-batches", "3"]
+    assert cli(*common, "--out", out, *args) == 2  # budgets and seeds may change; the evaluation may not
+    assert "eval_batches: 2 there, 3 here" in capsys.readouterr().err
     assert snapshot(out) == before
     # A comparison still running in the same report directory (its pid in .lock) is not disturbed.
     (out / ".lock").write_text(str(os.getppid()))
@@ -460,3 +481,209 @@ def test_report_records_the_dtype_used_not_auto(monkeypatch):
     monkeypatch.setattr(step, "cpu_supports_bf16", lambda: False)
     assert machine_info("auto", "cpu")["dtype"] == "fp32"
     assert machine_info("bf16", "cpu")["dtype"] == "bf16"
+
+
+# ------------------------------------------------------------------------------- order, signals, extension
+def test_runs_go_budget_by_budget(data_dir):
+    """All arms (with their sweeps) at budget 1, then budget 2, ...: a comparison cut short holds every arm at
+    each budget it finished. A tuned arm is swept at every budget, the others at the smallest only."""
+
+    class Recorder:  # losses from a formula instead of training; remembers the order runs were asked for
+        def __init__(self):
+            self.order = []
+
+        def run(self, specs):
+            self.order += [s for s in specs if s not in self.order]
+
+        def known(self, spec):
+            return {"status": "finished", "val_loss": 3.0 + abs(spec.lr - 4e-3) + sum(v for _, v in spec.setting)}
+
+    arms = ["gpt+", "angpt", "r=gpt+[tune.weight_decay=0:0.1]"]
+    kw = {**TINY, "budgets": [2048, 4096, 8192], "lr_grid": [1, 2], "max_extensions": 0}
+    plan = make_plan(data_dir, **kw, arms=arms, seeds=[0, 1, 2])
+    rec = Recorder()
+    sweeps = run_plan(plan, rec)
+    assert [s.budget for s in rec.order] == sorted(s.budget for s in rec.order)
+    main = main_specs(plan, sweeps)
+    assert len(main) == 3 * 3 * 3 and set(main) <= set(rec.order)
+    for b in plan.budgets:  # every main run of budget b is asked for before any run of a larger budget
+        last = max(i for i, s in enumerate(rec.order) if s.budget == b)
+        assert {s for s in main if s.budget == b} <= set(rec.order[: last + 1])
+    assert list(sweeps["gpt+"]) == [2048] and list(sweeps["r"]) == [2048, 4096, 8192]
+    # The tuned arm's choice at a budget is the argmin of its own sweep there: weight decay 0, LR 4e-3.
+    best = (4e-3, (("weight_decay", 0.0),))
+    assert {b: sweeps["r"][b].best for b in plan.budgets} == dict.fromkeys(plan.budgets, best)
+    assert len([s for s in rec.order if s.arm == "r" and s.seed == 0]) == 3 * 2 * 2  # 2 LRs x 2 settings x 3
+
+
+def test_an_interrupted_comparison_holds_every_arm_at_the_budgets_it_finished(data_dir, tmp_path, monkeypatch):
+    from angpt.train import loop
+
+    real = loop.train
+
+    def stop_at_the_second_budget(cfg):
+        if cfg.train.max_steps == 8:  # the first run at 4096 tokens: as if Ctrl-C arrived
+            raise KeyboardInterrupt
+        return real(cfg)
+
+    monkeypatch.setattr(loop, "train", stop_at_the_second_budget)
+    plan = tiny_plan(data_dir, lr_grid=[1])
+    with pytest.raises(KeyboardInterrupt):
+        run_comparison(plan, tmp_path / "cut", threads=1, progress=False)
+    done = {p.relative_to(tmp_path / "cut" / "runs").parts[:3] for p in (tmp_path / "cut").rglob("result.json")}
+    assert done == {(a.slug, "2048", f"seed{s}") for a in plan.arms for s in plan.seeds}
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
+def test_sigterm_reaches_the_workers_and_a_rerun_resumes(data_dir, tmp_path):
+    """`angpt compare --jobs 2` killed with SIGTERM mid-run: both workers save a checkpoint and exit, compare exits
+    143, and the same command resumes both runs from their checkpoints."""
+    out = tmp_path / "sig"
+    args = ["--data", data_dir, "--out", out, "--arms", "gpt+,angpt", "--budgets", "32768", "--seeds", "0"]
+    args += ["--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "2", "--eval-points", "2"]
+    args += ["--dtype", "fp32", "--threads", "1", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "angpt", "compare", *map(str, args), "--jobs", "2"], env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # both workers training: each has logged a step
+        metrics = list((out / "runs").rglob("metrics.jsonl")) if (out / "runs").is_dir() else []
+        if len(metrics) == 2 and all(m.stat().st_size for m in metrics):
+            break
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    try:
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # exited (and reaped by compare)
+    finally:  # a failure here must not leave our processes behind (only ours: checked by their command line)
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
+            try:
+                if str(out) in Path(f"/proc/{pid}/cmdline").read_text():
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+        proc.wait()
+    plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
+    run_dirs = [plan.run_dir(out, a, 32768, 0, plan.initial_grid(a)[0]) for a in plan.arms]
+    for run_dir in run_dirs:
+        assert not (run_dir / "result.json").exists() and list((run_dir / "checkpoints").glob("step_*"))
+    saved = {d: int(sorted((d / "checkpoints").glob("step_*"))[-1].name.split("_")[1]) for d in run_dirs}
+    assert all(0 < k < 64 for k in saved.values()), saved
+    report = run_comparison(plan, out, threads=1, progress=False)
+    assert len(report.trained) == 2
+    for run_dir in run_dirs:
+        assert [r["step"] for r in read_rows(run_dir)] == list(range(1, 65))
+        assert json.loads((run_dir / "result.json").read_text())["status"] == "finished"
+
+
+def test_a_comparison_extends_with_seeds_and_arms_reusing_finished_runs(compared, data_dir, tmp_path, capsys):
+    plan, finished, _ = compared
+    out = tmp_path / "ext"
+    shutil.copytree(finished, out)
+    report = run_comparison(tiny_plan(data_dir, seeds=[0, 1, 2]), out, threads=1, progress=False)
+    # Only seed 2 trains; the sweeps (smallest budget, first seed) and seeds 0 and 1 are reused.
+    assert sorted((s.arm, s.budget, s.seed) for s in report.trained) == [
+        (a, b, 2) for a in ("angpt", "gpt+") for b in (2048, 4096)
+    ]
+    assert all(r["n"] == 3 for r in report.arms["angpt"]["budgets"])
+    assert "extending" in capsys.readouterr().err
+    # A new arm (its LR given), with the seeds narrowed back to one: only the new arm's runs train.
+    more = tiny_plan(data_dir, arms=["gpt+", "angpt", "gpt"], seeds=[0], lr_values={"gpt": [0.002]})
+    report = run_comparison(more, out, threads=1, progress=False)
+    assert sorted((s.arm, s.budget, s.seed) for s in report.trained) == [("gpt", 2048, 0), ("gpt", 4096, 0)]
+    assert json.loads((out / "plan.json").read_text())["seeds"] == [0] and set(report.arms) == {"gpt+", "angpt", "gpt"}
+    # Runs of seed 2 stay on disk for a later extension; the report covers the plan it was asked for.
+    assert all(r["n"] == 1 for r in report.arms["angpt"]["budgets"])
+
+
+def test_a_retuned_arm_uses_each_budgets_best_setting(data_dir, tmp_path, monkeypatch, capsys):
+    """An arm tuned over weight decay x warm-up (x LR) at every budget: each budget's runs use the argmin of that
+    budget's grid by validation loss (read here from every grid run's result.json), and the report names it."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no plots: the report must say so
+    arms = ["gpt+", "r=gpt+[tune.weight_decay=0:0.1,tune.warmup=0:0.25]"]
+    plan = make_plan(data_dir, **TINY, arms=arms, seeds=[0], lr_grid=[1])
+    out = tmp_path / "retune"
+    report = run_comparison(plan, out, threads=1, progress=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [e for e in err if e.startswith("warning: smoke test, not evidence")] and len(err) == 1
+    named = []
+    for i, b in enumerate(plan.budgets):
+        grid = [json.loads(p.read_text()) for p in (out / "runs" / "r" / str(b) / "seed0").glob("*/result.json")]
+        assert len(grid) == 4
+        best = min(grid, key=lambda r: r["val_loss"])
+        row = report.arms["r"]["budgets"][i]
+        assert (row["lr"], row["setting"]) == (best["lr"], best["setting"])
+        assert row["val_loss"]["0"] == best["val_loss"]
+        wd, wu = best["setting"]["weight_decay"], best["setting"]["warmup"]
+        named.append(f"{b // 1024}Ki: lr 0.002, warmup={wu * 100:g}%, weight_decay={wd:g}")
+        # The setting reached the trainer: warm-up 25% of this budget's steps, the weight decay as given.
+        cfg = json.loads((plan.run_dir(out, plan.arm("r"), b, 0, 0.002, (("warmup", 0.25), ("weight_decay", 0.1)))
+                          / "config.json").read_text())["run"]["train"]  # fmt: skip
+        assert (cfg["warmup_steps"], cfg["weight_decay"]) == (b // 512 // 4, 0.1)
+    md = (out / "report.md").read_text()
+    assert f"- r: {'; '.join(named)}" in md
+    assert "matplotlib is not installed: no plots were drawn" in md and not list(out.glob("*.png"))
+    assert "smoke test, not evidence" in md.splitlines()[0]
+
+
+def test_strict_refuses_a_smoke_test_before_anything_runs(data_dir, tmp_path, capsys):
+    common = ["--data", data_dir, "--preset", "tiny", "--arms", "gpt+", "--seeds", "0", "--lr-grid", "1"]
+    common += ["--dtype", "fp32", "--threads", "1"]
+    out = tmp_path / "strict"
+    assert cli(*common, "--out", out, "--batch-tokens", "512", "--budgets", "2048", "--strict") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--strict: smoke test, not evidence" in err and "4 optimizer steps" in err
+    assert not out.exists()
+    # 1,000 steps of 2,048 tokens: about 12 tokens per parameter of the tiny GPT+ (~170K): evidence, allowed.
+    rc = cli(*common, "--out", out, "--batch-tokens", "2048", "--budgets", "2048000", "--strict", "--dry-run")
+    text = capsys.readouterr().out
+    assert rc == 0 and text.startswith("horizon: the largest budget is 1,000 steps") and not out.exists()
+
+
+def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, monkeypatch):
+    from angpt.compare import jobs, runner
+
+    assert jobs.candidates(2, 10) == [(1, 2), (2, 1)] and jobs.candidates(16, 3) == [(1, 16), (2, 8)]
+    assert jobs.candidates(1, 5) == [(1, 1)] and jobs.candidates(8, 1) == [(1, 8)]
+    speeds = {(1, 2): 1500.0, (2, 1): 1000.0, (1, 1): 700.0}
+    monkeypatch.setattr(jobs, "measure", lambda plan, j, t, steps: speeds[(j, t)])
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0, 1], lr_grid=[1])
+    rec = jobs.choose_jobs(plan, 2)
+    assert (rec["jobs"], rec["threads"]) == (1, 2)
+    assert [(c["jobs"], c["threads"], c["tokens_per_s"]) for c in rec["candidates"]] == [(1, 2, 1500.0), (2, 1, 1000.0)]
+    speeds[(2, 1)] = 2000.0
+    assert (jobs.choose_jobs(plan, 2)["jobs"], jobs.choose_jobs(plan, 2)["threads"]) == (2, 1)
+    # run_comparison(jobs="auto") measures, runs with the choice, and keeps the measurement in the report dir.
+    monkeypatch.setattr(runner, "cpu_cores", lambda: 1)  # one candidate: the runs stay in this process
+    report = run_comparison(plan, tmp_path / "auto", jobs="auto", progress=False)
+    rec = json.loads((tmp_path / "auto" / "jobs.json").read_text())
+    assert (rec["jobs"], rec["threads"], report.data["jobs"], report.data["threads"]) == (1, 1, 1, 1)
+    assert rec["candidates"] == [{"jobs": 1, "threads": 1, "tokens_per_s": 700.0}]
+    md = (tmp_path / "auto" / "report.md").read_text()
+    assert "--jobs auto: measured jobs x threads on gpt+ (3 steps each): 1x1: 700 tok/s; chose 1x1" in md
+
+
+@pytest.mark.slow
+def test_jobs_auto_measures_for_real(data_dir, tmp_path, capsys):
+    from angpt.compare import jobs
+
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0, 1], lr_grid=[1])
+    rec = jobs.choose_jobs(plan, 2, steps=2)
+    assert [(c["jobs"], c["threads"]) for c in rec["candidates"]] == [(1, 2), (2, 1)]
+    assert all(c["tokens_per_s"] > 0 for c in rec["candidates"])

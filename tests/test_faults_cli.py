@@ -80,9 +80,15 @@ def _readme_commands() -> list[tuple[str, list[str]]]:
     return found
 
 
+def _unbracket(a: str) -> str:
+    """An [optional] part's brackets off a token, keeping brackets that belong to it (an arm's `angpt[k=v]`)."""
+    a = a[1:] if a.startswith("[") else a
+    return a[:-1] if a.endswith("]") and a.count("]") > a.count("[") else a
+
+
 def _expand(argv: list[str]) -> list[list[str]]:
     """The README's notation, resolved: [optional] parts kept, `...` dropped, each `a|b` alternative tried."""
-    argv = [a.strip("[]") for a in argv if a.strip("[]") not in ("", "...")]
+    argv = [a for a in map(_unbracket, argv) if a not in ("", "...")]
     out = [[]]
     for a in argv:
         alts = a.split("|") if "|" in a and not a.startswith("--") else [a]

@@ -1,5 +1,6 @@
-"""Hugging Face export: GPT+ -> Qwen3, GPT -> Llama, nGPT / anGPT -> folded custom classes (loadable without
-angpt), import back, tokenizer files, HF generate with and without cache, and safe writing of the folder."""
+"""Hugging Face export: GPT+ -> Qwen3, GPT -> Llama, nGPT / anGPT and any model with LAUREL -> folded custom classes
+(loadable without angpt), import back, tokenizer files, HF generate with and without cache, and safe writing of the
+folder."""
 
 import json
 import os
@@ -50,6 +51,11 @@ def models(tok):
         "ngpt": trained("ngpt", tok),
         "angpt": trained("angpt", tok),
         "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
+        "gpt+laurel": trained("gpt+", tok, laurel="rw+lr+pa", laurel_rw_shape="vector"),  # the "prenorm" form
+        "angpt-laurel": trained("angpt", tok, laurel="rw+lr+pa"),
+        "gpt+wn-laurel": trained("gpt+wn", tok, laurel="rw+lr"),  # W = g V/||V|| and LAUREL both folded
+        "gpt+wn": trained("gpt+wn", tok),  # folded (W = g V/||V||) into a plain GPT+, then Qwen3
+        "angpt_frozen_alpha": trained("angpt", tok, freeze_alpha=True),  # exports as its base, anGPT
     }
 
 
@@ -70,7 +76,13 @@ def hf_greedy(hf_model, x, n=12, use_cache=True):
 
 
 @pytest.mark.parametrize(
-    "name,cls", [("gpt+", "Qwen3ForCausalLM"), ("gpt", "LlamaForCausalLM"), ("ln_scaling", "Qwen3ForCausalLM")]
+    "name,cls",
+    [
+        ("gpt+", "Qwen3ForCausalLM"),
+        ("gpt", "LlamaForCausalLM"),
+        ("ln_scaling", "Qwen3ForCausalLM"),
+        ("gpt+wn", "Qwen3ForCausalLM"),
+    ],
 )
 def test_gpt_family_exports_as_native_transformers_model(models, exports, tok, name, cls):
     ours, out = models[name], exports[name]
@@ -96,7 +108,9 @@ def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
     assert import_hf(exports["gpt"]).config.arch == "gpt"
 
 
-@pytest.mark.parametrize("arch", ["ngpt", "angpt", "angpt-gelu"])
+@pytest.mark.parametrize(
+    "arch", ["ngpt", "angpt", "angpt-gelu", "gpt+laurel", "angpt-laurel", "gpt+wn-laurel", "angpt_frozen_alpha"]
+)
 def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     ours, out = models[arch], exports[arch]
     cfg = json.loads((out / "config.json").read_text())
@@ -178,7 +192,8 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
     """trust_remote_code=True in a fresh interpreter where angpt cannot be imported: only torch + transformers."""
     src = str(Path(angpt.__file__).resolve().parent.parent)
     x = ids(tok)
-    spec = {"ids": x.tolist(), "exports": {a: str(exports[a]) for a in ("ngpt", "angpt")}}
+    archs = ("ngpt", "angpt", "gpt+laurel", "angpt-laurel")
+    spec = {"ids": x.tolist(), "exports": {a: str(exports[a]) for a in archs}}
     (tmp_path / "in.json").write_text(json.dumps(spec))
     # -I drops PYTHONPATH and the cwd; the editable install's path entry is removed, and a finder refuses angpt
     # in case it is installed into site-packages itself (as it is for a wheel install).
@@ -237,7 +252,7 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
     res = json.loads((tmp_path / "out.json").read_text())
     assert res["blocked"], "angpt was importable in the subprocess; the test would prove nothing"
     assert res["angpt_loaded"] == []
-    for arch in ("ngpt", "angpt"):
+    for arch in archs:
         r = res[arch]
         assert r["module"].startswith("transformers_modules.")
         folded = angpt.fold_for_inference(models[arch])
@@ -271,6 +286,14 @@ def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
         export_hf(models["angpt"], tmp_path / "a", format="qwen3")
     with pytest.raises(UserError, match="DyT"):
         export_hf(angpt.build_model("gpt+", "tiny", norm="dyt"), tmp_path / "a")
+    with pytest.raises(UserError, match="DyT"):
+        export_hf(angpt.build_model("gpt+", "tiny", norm="dyt", laurel="lr"), tmp_path / "a")
+    with pytest.raises(UserError, match="exports as 'folded', not 'qwen3'"):  # Qwen3 has no LAUREL
+        export_hf(models["gpt+laurel"], tmp_path / "a", format="qwen3")
+    with pytest.raises(UserError, match=r"export is not supported for gpt\+cos \(model.attention=cosine\)"):
+        export_hf(angpt.build_model("gpt+cos", "tiny"), tmp_path / "a", tok)
+    with pytest.raises(UserError, match=r"export is not supported for gpt\+cos \(model.attention=cosine\)"):
+        export_hf(angpt.build_model("gpt+cos", "tiny", laurel="rw+lr"), tmp_path / "a", tok)
     assert os.listdir(tmp_path) == []
 
     busy = tmp_path / "busy"

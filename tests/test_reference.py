@@ -1,4 +1,5 @@
-"""An independent, formula-by-formula reference forward pass for nGPT and anGPT (docs/architectures.md).
+"""An independent, formula-by-formula reference forward pass for nGPT, anGPT and the GPT+ controls gpt+wn and
+gpt+cos (docs/architectures.md).
 
 The reference below is written from the documented equations, not from the model code: it imports nothing from
 `angpt.models` for the math (its own RoPE, Norm, causal softmax attention with an explicit mask, SwiGLU, and
@@ -377,3 +378,85 @@ def test_reference_nu_act_is_the_papers():
     """The quadrature nu_act for SiLU at z_std = 0.5 is the paper's ~3.74 (3.72 exactly; the paper's is a MC value)."""
     cfg = angpt.build_model("angpt", "tiny").config
     assert abs(angpt_nu_act(cfg) - 3.74) < 0.03
+
+
+# ------------------------------------------------------------------------------- GPT+ and its controls
+def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * gain
+
+
+def gpt_logits(sd: dict[str, torch.Tensor], cfg, x: torch.Tensor) -> torch.Tensor:
+    """GPT+ (docs/architectures.md#gpt-baseline) with the controls of docs/architectures.md#controls.
+
+    weight_norm: every linear map (W_qkv, W_p, W_uz, W_d, W_out) is W = g V/||V|| per row (the embedding is a
+    plain lookup). attention="cosine": no QK-norm; per head, logits cos(q, k) / tau with tau = max(exp(-s), 0.01)
+    for the stored log-inverse s, computed here after RoPE (the model normalises before it).
+    """
+    d, H, dff, eps = cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.norm_eps
+    W = {k: v.detach().to(F64) for k, v in sd.items()}
+
+    def linear(name: str) -> torch.Tensor:
+        if cfg.weight_norm:
+            V, g = W[name + ".v"], W[name + ".g"]
+            return g[:, None] * V / V.norm(dim=1, keepdim=True)
+        return W[name + ".weight"]
+
+    assert cfg.softmax_scale is None
+    h = W["embed.weight"][x]
+    for i in range(cfg.n_layers):
+        p = f"blocks.{i}."
+        a = rms_norm(h, W[p + "attn_norm.weight"], eps)
+        Wqkv = linear(p + "qkv")
+        q, k, v = heads(a @ Wqkv[:d].T, H), heads(a @ Wqkv[d : 2 * d].T, H), heads(a @ Wqkv[2 * d :].T, H)
+        if cfg.attention == "cosine":
+            tau = torch.exp(-W[p + "inv_tau.logit_scale"]).clamp(min=0.01).view(H, 1, 1)
+            q, k = norm(rope(q, cfg.rope_theta)), norm(rope(k, cfg.rope_theta))
+            o = causal_attention(q / tau, k, v, 1.0)
+        else:
+            if cfg.qk_norm:
+                q, k = rms_norm(q, W[p + "q_norm.weight"], eps), rms_norm(k, W[p + "k_norm.weight"], eps)
+            o = causal_attention(rope(q, cfg.rope_theta), rope(k, cfg.rope_theta), v, 1 / math.sqrt(cfg.head_dim))
+        h = h + merge(o) @ linear(p + "proj").T
+        m = rms_norm(h, W[p + "mlp_norm.weight"], eps)
+        Wup = linear(p + "up")
+        h = h + ((m @ Wup[:dff].T) * act(cfg.activation, m @ Wup[dff:].T)) @ linear(p + "down").T
+    return rms_norm(h, W["final_norm.weight"], eps) @ linear("lm_head").T
+
+
+GPT_CASES = [
+    ("gpt+", {}),
+    ("gpt+wn", {}),
+    ("gpt+cos", {}),
+    ("gpt+cos", dict(cos_tau_init=0.5, n_heads=8)),
+    ("gpt+wn", dict(attention="cosine", qk_norm=False)),  # both controls at once
+]
+
+
+@pytest.mark.parametrize("arch,overrides", GPT_CASES, ids=[_case_id(*c) for c in GPT_CASES])
+def test_gpt_controls_match_reference_after_training(arch, overrides):
+    """After a few AdamW steps (g no longer ||V||, every tau moved), the model's logits are the reference's. One
+    head's tau is then pushed below 0.01, so a model that forgot the clamp (or clamped the wrong way) differs."""
+    model = angpt.build_model(arch, "tiny", **overrides)
+    cfg = model.config
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _train(model)
+    sd = model.state_dict()
+    for name, t in sd.items():
+        if name.endswith(".g"):  # the gains moved away from the row norms they started at
+            drift = (t - sd[name[:-1] + "v"].norm(dim=1)).abs().max().item()
+            assert drift > 1e-3 * t.abs().max().item(), f"{name} still equals ||V||: a model ignoring g would pass"
+        if name.endswith("logit_scale"):
+            assert (t - before[name]).abs().max() > 1e-2, f"{name} did not move in training"
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            if name.endswith("logit_scale"):
+                t[0] = math.log(1 / 0.002)  # tau = 0.002 < 0.01: the clamp must bite
+    x = _batch(torch.Generator().manual_seed(123), cfg.vocab_size, 2, cfg.context_length)
+    with torch.no_grad():
+        got = model(x)[0].double()
+    ref = gpt_logits(model.state_dict(), cfg, x)
+    err, scale = (got - ref).abs().max().item(), ref.abs().max().item()
+    # The clamped head's attention logits reach 1/tau = 100: their fp32 rounding (~1e-5 absolute) goes through a
+    # steep softmax; measured up to 8e-6 of the output scale (3e-7 to 7e-7 without that head), hence 10x FP32_REL.
+    tol = (10 if cfg.attention == "cosine" else 1) * FP32_REL * scale
+    assert err <= tol, f"max |model - reference| = {err:.3e} > {tol:.3e} (max |logit| {scale:.3f})"

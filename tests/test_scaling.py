@@ -32,7 +32,7 @@ def no_run_plots(monkeypatch):
     from angpt.train import loop
 
     monkeypatch.setattr(loop, "plot_loss_curve", lambda *a, **k: None)
-    monkeypatch.setattr(report, "write_plots", lambda *a, **k: {})
+    monkeypatch.setattr(report, "write_plots", lambda *a, **k: ({}, []))
 
 
 def cli(*args) -> int:
@@ -224,14 +224,14 @@ def test_lr_transfer_holds_within_one_grid_step():
     grid = [1e-3, 2e-3, 4e-3, 8e-3]
 
     def sweep(best, at_edge=False):
-        return SweepResult("a", grid, {}, best, 0, at_edge, False)
+        return SweepResult("a", 1024, grid, {}, (best, ()), 0, at_edge, False)
 
     assert transfer_check(sweep(2e-3), sweep(4e-3))["holds"] is True  # one step apart
     assert transfer_check(sweep(4e-3), sweep(4e-3))["steps_apart"] == 0
     chk = transfer_check(sweep(1e-3), sweep(4e-3))  # two steps apart
     assert chk["holds"] is False and chk["steps_apart"] == pytest.approx(2.0)
     assert "edge" in transfer_check(sweep(2e-3), sweep(1e-3, at_edge=True))["note"]
-    one = SweepResult("a", [2e-3], {}, 2e-3, 0, False, True)
+    one = SweepResult("a", 1024, [2e-3], {}, (2e-3, ()), 0, False, True)
     assert transfer_check(one, one)["holds"] is None  # a fixed LR was not tuned: nothing to check
 
 
@@ -302,7 +302,7 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
     # the 8-step run and the 4-step branch's 1-step decay; seed 1: the 8-step run and both branches' 1-step decays.
     assert len(steps) == (2 + 8 + 1) + (8 + 1 + 1)
     arm = plan.arms[0]
-    lr = chosen_lr(report.sweeps[arm.label])
+    lr = chosen_lr(report.sweeps[arm.label][plan.sweep_budget])
     for seed, budget, start in ((0, 2048, 3), (1, 1024, 1), (1, 2048, 3)):
         branch = plan.run_dir(out, arm, budget, seed, lr)
         trunk = read_rows(plan.run_dir(out, arm, 4096, seed, lr))

@@ -261,3 +261,38 @@ def test_two_ranks_match_one_process_and_resume(mode, data_dir, tmp_path):
     wa, wb = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-4), k
+
+
+def test_calibrated_nu_att_is_measured_once_during_training_and_survives_resume(data_dir, tmp_path):
+    from angpt.data import TokenLoader
+    from angpt.models import model_from_config
+    from angpt.models.angpt import calibrate_nu_att
+    from angpt.train.checkpoint import load_checkpoint_model
+
+    common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.max_steps", "4", "--train.deterministic", "true"]
+    common += ["--model.nu_att", "calibrated", "--model.nu_att_calibrate_at", "0.5"]
+    assert run_cli(*common, "--out", tmp_path / "straight", "--train.save_every", "1", "--train.keep_last", "3") == 0
+    ckpts = sorted((tmp_path / "straight" / "checkpoints").glob("step_*"))
+    nu = {int(c.name[5:]): load_file(str(c / "model.safetensors"))["nu_att"] for c in ckpts}
+    model2, _ = load_checkpoint_model(ckpts[0])
+    dense = model_from_config(model2.config).nu_att
+    assert sorted(nu) == [2, 3, 4] and torch.equal(nu[2], dense)  # not before 0.5 x 4 = 2 steps
+    assert not torch.allclose(nu[3], dense) and torch.equal(nu[3], nu[4])  # measured once, then frozen
+    # Independently: the step-2 weights measured on the documented side batches give the step-3 buffer.
+    side = TokenLoader(data_dir, "train", 4, 64, seed=0 + 1_000_003)
+    expected = calibrate_nu_att(model2, [side.next_batch()[0] for _ in range(8)])
+    assert torch.allclose(nu[3], expected, rtol=1e-6)
+    # The training stream is untouched: the first two steps' losses equal a dense run's; the third differs.
+    dense_run = list(common)
+    dense_run[dense_run.index("calibrated")] = "dense"
+    assert run_cli(*dense_run, "--out", tmp_path / "dense", "--train.save_every", "0") == 0
+    dense_losses = [r["loss"] for r in metrics(tmp_path / "dense")]
+    losses = [r["loss"] for r in metrics(tmp_path / "straight")]
+    assert dense_losses[:2] == losses[:2] and dense_losses[2] != losses[2]
+    # A run resumed from step 2 calibrates at the same point and ends in the same place.
+    split = ["--out", tmp_path / "split", "--train.save_every", "0"]
+    assert run_cli(*common, *split, "--train.stop_at", "2") == 0
+    assert run_cli(*common, *split, "--resume", "auto") == 0
+    assert [r["loss"] for r in metrics(tmp_path / "split")] == losses
+    wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

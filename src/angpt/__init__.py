@@ -1,4 +1,5 @@
-"""angpt: the Approximately Normalized Transformer (anGPT), nGPT and GPT+, with tools to train, compare and ship them.
+"""angpt: the Approximately Normalized Transformer (anGPT), nGPT, GPT+ and TokenFormer, with tools to train, compare
+and ship them.
 
 >>> import angpt
 >>> model = angpt.build_model("angpt", "tiny")
@@ -18,6 +19,7 @@ from angpt.models import (
     build_model,
     describe_constants,
     fold_for_inference,
+    grow,
     inspect_norms,
     make_config,
 )
@@ -34,6 +36,7 @@ __all__ = [
     "build_model",
     "describe_constants",
     "fold_for_inference",
+    "grow",
     "inspect_norms",
     "make_config",
     "make_optimizer",

@@ -10,17 +10,13 @@ import sys
 from angpt.errors import UserError
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 # -------------------------------------------------------------------------------------------------- info
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
     from angpt.models import PRESETS, build_model, describe_constants, make_config, registry
 
-    if args.preset is None:
+    if args.preset is None and args.arch is None:
         print(f"presets (parameters of {registry.BASELINE}):")
         for name in PRESETS:
             cfg = make_config(registry.BASELINE, name)
@@ -32,12 +28,23 @@ def cmd_info(args: argparse.Namespace) -> int:
         for name, spec in registry.ARCHITECTURES.items():
             print(f"  {name:<11} {spec.summary} [{spec.recipe.optimizer}, lr {spec.recipe.lr:g}]")
         print("variants:")
+        width = max(map(len, registry.VARIANTS))
         for name, (arch, overrides) in registry.VARIANTS.items():
-            print(f"  {name:<13} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
-        print("a config and its constants: angpt info --arch angpt --preset demo")
+            print(f"  {name:<{width}} {arch} with {', '.join(f'{k}={v}' for k, v in overrides.items())}")
+        print("a config, its constants and parameters: angpt info --arch angpt [--preset demo]")
         return 0
-    cfg = make_config(args.arch, args.preset, **_parse_overrides(args.set or []))
-    print(json.dumps({"config": cfg.to_dict(), "constants": describe_constants(cfg)}, indent=2, default=str))
+    from angpt.models.laurel import laurel_params
+
+    arch, variant = registry.resolve_arm(args.arch or "angpt")  # an architecture, or a variant (ngpt_frozen_alpha)
+    cfg = make_config(arch, args.preset or "demo", **{**variant, **_parse_overrides(args.set or [])})
+    constants = describe_constants(cfg)  # first: Monte Carlo constants are computed (and cached) on the CPU
+    with torch.device("meta"):  # shapes only
+        model = build_model(cfg.arch, cfg)
+    params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
+    if cfg.laurel_parts:
+        params["laurel"] = laurel_params(model)
+    info = {"config": cfg.to_dict(), "constants": constants, "params": params}
+    print(json.dumps(info, indent=2, default=str))
     return 0
 
 
@@ -208,6 +215,24 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grow(args: argparse.Namespace) -> int:
+    from angpt.train.grow import grow_checkpoint
+
+    out = grow_checkpoint(
+        args.checkpoint, args.out, args.add_tokens, args.add_ffn_tokens, freeze_old=args.freeze_old, seed=args.seed
+    )
+    from angpt.train.checkpoint import read_state
+
+    state = read_state(out)
+    grown, arch = state["grown_from"], state["model_config"]["arch"]
+    frozen = "; old tokens frozen" if args.freeze_old else ""
+    print(
+        f"grew {arch} from {grown['params']:,} to {state['params']:,} parameters (same logits){frozen}: {out}; "
+        f"continue with angpt train --arch {arch} --init_from {out} --data DIR --out DIR"
+    )
+    return 0
+
+
 def _limit(value: float | None) -> int | float | None:
     """lm-eval's limit: a document count when >= 1, else a fraction."""
     return int(value) if value is not None and value >= 1 else value
@@ -245,8 +270,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from angpt.train.dist import pick_device
 
         pick_device(args.device)  # a one-line error for a device this machine lacks
+    from angpt.compare.plan import split_arms
+
     rows = bench_step(
-        _csv(args.arch),
+        split_arms(args.arch),
         args.preset,
         batch_size=args.batch_size,
         seq_len=args.seq_len,
@@ -273,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
-    s.add_argument("--arch", default="angpt")
-    s.add_argument("--preset", default=None)
+    s.add_argument("--arch", default=None, help="an architecture or a variant (default angpt when --preset is given)")
+    s.add_argument("--preset", default=None, help="a preset (default demo when --arch is given)")
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
 
@@ -303,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512",
     )
     s.add_argument("--config", default=None, help="YAML recipe (see configs/)")
-    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt")
+    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt | tokenformer")
     s.add_argument("--preset", default=None)
     s.add_argument("--data", default=None)
     s.add_argument("--out", default=None)
@@ -350,6 +377,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
     s.set_defaults(func=cmd_import_hf)
 
+    s = sub.add_parser(
+        "grow",
+        help="append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits",
+        allow_abbrev=False,
+    )
+    s.add_argument("checkpoint", help="a checkpoint folder, or a run folder (its latest checkpoint)")
+    s.add_argument("out", help="the new checkpoint folder (must not exist); then: angpt train --init_from OUT")
+    s.add_argument("--add-tokens", type=int, required=True, help="tokens appended to each Q, K, V, output Pattention")
+    s.add_argument(
+        "--add-ffn-tokens", type=int, default=None, help="tokens appended to each FFN Pattention (default: pro rata)"
+    )
+    s.add_argument("--freeze-old", action="store_true", help="keep the old tokens fixed in the continued training")
+    s.add_argument("--seed", type=int, default=0, help="seed of the new value tokens")
+    s.set_defaults(func=cmd_grow)
+
     s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
     s.add_argument("checkpoint")
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
@@ -364,7 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="side-by-side benchmarks (step: training step and folded inference)", allow_abbrev=False
     )
     s.add_argument("what", choices=["step"])
-    s.add_argument("--arch", default="gpt+,ngpt,angpt", help="comma-separated; ratios are against the first")
+    s.add_argument(
+        "--arch",
+        default="gpt+,ngpt,angpt",
+        help="comma-separated arms, e.g. gpt+,gpt+[laurel=lr] (as in compare); ratios are against the first",
+    )
     s.add_argument("--preset", default="demo")
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--seq-len", type=int, default=None)

@@ -1,9 +1,10 @@
 """Training-step and inference timing of several architectures, side by side in one process.
 
 Repetitions are interleaved (arch A, B, C, A, B, C, ...) so that drift in the machine's speed hits every arm
-alike; each figure is a median, and ratios are taken against the first architecture (GPT+ by default). Besides
-the registry's architectures, an arm may be a peer implementation: "qwen3" is transformers' Qwen3ForCausalLM at
-GPT+'s shape (the same model, written by others), trained by the same step. Each step's model FLOP/s is reported
+alike; each figure is a median, and ratios are taken against the first architecture (GPT+ by default). An arm is
+written as for `angpt compare` (``gpt+``, ``gpt+[laurel=lr]``, ``lr=gpt+[laurel=lr,laurel_rank=64]``: model keys
+only), or is a peer implementation: "qwen3" is transformers' Qwen3ForCausalLM at GPT+'s shape (the same model,
+written by others), trained by the same step. Each step's model FLOP/s is reported
 as a fraction of a matmul peak measured in the same run, at the same dtype.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from angpt.errors import UserError
 from angpt.models import build_model, fold_for_inference, make_config, registry
 from angpt.models.layers import cross_entropy
 from angpt.train.hardware import matmul_peak
@@ -64,6 +66,18 @@ class Qwen3Peer(nn.Module):
 PEERS = {"qwen3": Qwen3Peer}
 
 
+def build_arm(arm: str, preset: str) -> tuple[str, nn.Module]:
+    """(label, model) of a bench arm: a peer, or NAME[key=value,...] as `angpt compare` writes arms."""
+    from angpt.compare.plan import parse_arm
+
+    if arm in PEERS:
+        return arm, PEERS[arm](preset)
+    parsed = parse_arm(arm)
+    if parsed.train:
+        raise UserError(f"bench arm {arm!r}: train settings do not change a step's cost; give model keys only")
+    return parsed.label, build_model(parsed.arch, preset, **parsed.model)
+
+
 def bench_step(
     archs: list[str],
     preset: str = "demo",
@@ -81,9 +95,10 @@ def bench_step(
     forward, for each architecture; ratios against `archs[0]`."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     runs = []
-    for arch in archs:
+    for name in archs:
         torch.manual_seed(seed)
-        model = (PEERS[arch](preset) if arch in PEERS else build_model(arch, preset)).to(dev)
+        arch, model = build_arm(name, preset)
+        model = model.to(dev)
         T = seq_len or model.config.context_length
         opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
         infer = fold_for_inference(model).to(dev)
@@ -108,7 +123,7 @@ def bench_step(
     # Training steps first, then inference, each interleaved across architectures: a training step between two
     # inference forwards would evict their caches and blur the inference comparison.
     peak = matmul_peak(dtype, dev)
-    times = {arch: ([], []) for arch in archs}
+    times = {run[0]: ([], []) for run in runs}
     for kind, step in ((0, train_step), (1, infer_step)):
         for rep in range(warmup + reps):
             for run in runs:

@@ -30,31 +30,48 @@ from angpt.compare.plan import (
     parse_tokens,
     split_arms,
 )
-from angpt.compare.stats import BudgetSpeedup, Reach, WelchResult, betainc, speedups, tokens_to_reach, welch_ttest
+from angpt.compare.runner import ComparisonInterrupted
+from angpt.compare.stats import (
+    BudgetSpeedup,
+    Reach,
+    TTest,
+    WelchResult,
+    betainc,
+    paired_ttest,
+    speedups,
+    t_quantile,
+    tokens_to_reach,
+    welch_ttest,
+)
 from angpt.compare.store import RunSpec
-from angpt.compare.sweep import SweepResult
+from angpt.compare.sweep import SweepResult, Sweeps
 
 __all__ = [
     "DEFAULT_ARMS",
     "DEFAULT_LR_GRID",
     "Arm",
     "BudgetSpeedup",
+    "ComparisonInterrupted",
     "DryRun",
     "Plan",
     "Reach",
     "Report",
     "RunSpec",
     "SweepResult",
+    "Sweeps",
+    "TTest",
     "WelchResult",
     "betainc",
     "format_tokens",
     "make_plan",
     "parse_arm",
     "parse_settings",
+    "paired_ttest",
     "parse_tokens",
     "run_comparison",
     "speedups",
     "split_arms",
+    "t_quantile",
     "tokens_to_reach",
     "welch_ttest",
 ]
@@ -67,11 +84,13 @@ class Report:
     report_dir: Path
     plan: Plan
     dry_run: bool
-    sweeps: dict[str, SweepResult] = field(default_factory=dict)
+    sweeps: Sweeps = field(default_factory=dict)  # arm label -> budget -> its sweep there
     data: dict[str, Any] = field(default_factory=dict)  # the content of report.json
     files: dict[str, Path] = field(default_factory=dict)
     trained: list[RunSpec] = field(default_factory=list)  # runs trained by this call (finished ones are skipped)
     estimate: DryRun | None = None
+    horizon: dict[str, Any] | None = None  # horizon.Horizon.to_dict(): is this evidence or a smoke test?
+    jobs_measurement: dict[str, Any] | None = None  # what --jobs auto measured
 
     @property
     def verdicts(self) -> list[str]:
@@ -87,45 +106,98 @@ def run_comparison(
     plan: Plan,
     report_dir: str | Path,
     *,
-    jobs: int = 1,
+    jobs: int | str = 1,
     threads: int | None = None,
     dry_run: bool = False,
     progress: bool = True,
     command: str | None = None,
+    strict: bool = False,
+    sample: str | None = None,
+    sample_tokens: int = 80,
     before_main: Callable[[Any, list[RunSpec]], None] | None = None,
 ) -> Report:
-    """Run (or resume) a comparison and write its report into `report_dir`.
+    """Run (or resume, or extend) a comparison and write its report into `report_dir`.
 
-    First each arm's LR sweep (at the smallest budget, first seed; a best LR at a grid edge extends the grid),
-    then every arm x budget x seed at the arm's best LR, then report.md, report.json and the plots. Finished
-    runs are skipped, interrupted ones resumed. `jobs` runs go in parallel processes, each with `threads` torch
-    threads (default: cores // jobs). A `report_dir` holding another plan is refused (UserError) untouched.
-    `dry_run` prints the planned runs and a measured time estimate and writes nothing. `before_main(runner,
-    specs)` is called after the sweeps with the main runs about to be run (angpt.scaling seeds WSD branches there).
+    Budget by budget (smallest first): the sweeps due there (every arm's LR sweep at the smallest budget, a tuned
+    arm's LR x settings sweep at each; a best LR at a grid edge extends the grid), then every arm x seed at its
+    chosen LR; then report.md, report.json and the plots. Finished runs are skipped, interrupted ones resumed; a
+    `report_dir` holding this plan with other arms, budgets or seeds is extended (finished runs reused), one
+    holding any other plan is refused (UserError) untouched. `jobs` runs go in parallel processes, each with
+    `threads` torch threads (default: cores // jobs); ``jobs="auto"`` measures the split (angpt.compare.jobs).
+
+    A largest budget below the horizon of docs/protocol.md#horizon is a warning (one line on stderr, and in the
+    report, which is labelled a smoke test); with `strict` it is a UserError before anything runs. `dry_run`
+    prints the planned runs and a measured time estimate and writes nothing. SIGINT or SIGTERM stops after the
+    running jobs save a checkpoint (ComparisonInterrupted); re-running resumes. `sample` (a prompt) ends the report
+    with each arm's continuation of it (`sample_tokens` tokens at most). `before_main(runner, specs)` is
+    called at each budget with its main runs about to run, after that budget's sweeps (angpt.scaling seeds WSD
+    branches there).
     """
     from angpt.compare.estimate import describe_dry_run
+    from angpt.compare.horizon import horizon as plan_horizon
+    from angpt.compare.jobs import JOBS_FILE, choose_jobs, describe
     from angpt.compare.runner import cpu_cores
     from angpt.compare.store import PLAN_FILE, check_report_dir, report_lock, write_json
     from angpt.errors import UserError
 
-    if not isinstance(jobs, int) or jobs < 1:
-        raise UserError(f"jobs={jobs!r} must be a positive integer")
-    threads = threads or max(1, cpu_cores() // jobs)
+    if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise UserError(f"jobs={jobs!r} must be a positive integer or 'auto'")
+    if jobs == "auto" and threads is not None:
+        raise UserError("--jobs auto chooses the threads per job too: drop --threads, or give --jobs N")
     report_dir = Path(report_dir)
     command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
-    exists = check_report_dir(plan, report_dir)
+    changes = check_report_dir(plan, report_dir)
+    hz = plan_horizon(plan)
+    if hz.short and strict:
+        raise UserError(f"--strict: {hz.message}")
+    if hz.short and not dry_run:
+        print(f"warning: {hz.message}", file=sys.stderr)
+    measured = None
+    if jobs == "auto":
+        measured = choose_jobs(plan, cpu_cores())
+        jobs, threads = measured["jobs"], measured["threads"]
+        if not dry_run:  # a dry run prints it with the plan
+            print(describe(measured), file=sys.stderr)
+    assert isinstance(jobs, int)
+    threads = threads or max(1, cpu_cores() // jobs)
     if dry_run:
-        est = describe_dry_run(plan, report_dir, jobs=jobs, threads=threads)
-        if exists:
+        est = describe_dry_run(plan, report_dir, jobs=jobs, threads=threads, horizon_line=hz.message)
+        if measured is not None:
+            est.text = describe(measured) + "\n" + est.text
+        if changes:
+            note = f"{report_dir} holds this comparison with other {', '.join(changes)}: finished runs will be reused"
+            est.text = note + "\n" + est.text
+        elif changes is not None:
             est.text = f"{report_dir} holds this plan already: finished runs will be skipped\n" + est.text
-        return Report(report_dir=report_dir, plan=plan, dry_run=True, estimate=est)
+        return Report(
+            report_dir=report_dir,
+            plan=plan,
+            dry_run=True,
+            estimate=est,
+            horizon=hz.to_dict(),
+            jobs_measurement=measured,
+        )
 
     report_dir.mkdir(parents=True, exist_ok=True)
     with report_lock(report_dir):
-        if not exists:
+        if changes:
+            print(f"extending {report_dir}: {'; '.join(changes)} (finished runs are reused)", file=sys.stderr)
+        if changes is None or changes:
             write_json(report_dir / PLAN_FILE, plan.to_dict())
+        if measured is not None:
+            write_json(report_dir / JOBS_FILE, measured)
         return _run_locked(
-            plan, report_dir, jobs=jobs, threads=threads, progress=progress, command=command, before_main=before_main
+            plan,
+            report_dir,
+            jobs=jobs,
+            threads=threads,
+            progress=progress,
+            command=command,
+            horizon=hz.to_dict(),
+            measured=measured,
+            sample=sample,
+            sample_tokens=sample_tokens,
+            before_main=before_main,
         )
 
 
@@ -137,30 +209,43 @@ def _run_locked(
     threads: int,
     progress: bool,
     command: str,
+    horizon: dict[str, Any],
+    measured: dict[str, Any] | None,
+    sample: str | None,
+    sample_tokens: int,
     before_main: Callable[[Any, list[RunSpec]], None] | None = None,
 ) -> Report:
     from angpt.compare.progress import Progress, token_counts
     from angpt.compare.report import write_report
-    from angpt.compare.runner import Runner
-    from angpt.compare.sweep import main_specs, run_sweeps
+    from angpt.compare.runner import Runner, TerminateAsInterrupt
+    from angpt.compare.sweep import run_plan
 
     # The bar counts tokens, with runs already finished in an earlier invocation counted as done.
     total, done = token_counts(plan, report_dir)
     bar = Progress(progress, max(total, done), min(done, max(total, done)))
     runner = Runner(plan, report_dir, jobs=jobs, threads=threads, progress=bar)
     try:
-        sweeps = run_sweeps(plan, runner, on_extension=bar.add_total)
-        specs = main_specs(plan, sweeps)
-        if before_main is not None:
-            before_main(runner, specs)
-        runner.run(specs)
+        with TerminateAsInterrupt():
+            sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=before_main)
     except KeyboardInterrupt:
         bar.close()
         print(f"comparison interrupted: re-run the same command to resume ({report_dir})", file=sys.stderr)
         raise
     finally:
         bar.close()
-    data, files = write_report(plan, report_dir, sweeps, runner.records, command=command, jobs=jobs, threads=threads)
+    data, files = write_report(
+        plan,
+        report_dir,
+        sweeps,
+        runner.records,
+        command=command,
+        jobs=jobs,
+        threads=threads,
+        horizon=horizon,
+        jobs_measurement=measured,
+        sample=sample,
+        sample_tokens=sample_tokens,
+    )
     return Report(
         report_dir=report_dir,
         plan=plan,
@@ -169,4 +254,6 @@ def _run_locked(
         data=data,
         files=files,
         trained=list(runner.trained),
+        horizon=horizon,
+        jobs_measurement=measured,
     )

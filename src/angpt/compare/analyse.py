@@ -1,4 +1,5 @@
-"""The report's numbers and words: per-arm losses, Welch tests, speedups and step times; verdicts and warnings."""
+"""The report's numbers and words: per-arm losses, paired and Welch tests, speedups, step times and stability;
+verdicts and warnings."""
 
 from __future__ import annotations
 
@@ -6,17 +7,27 @@ import math
 from typing import Any
 
 from angpt.compare.collect import ArmRuns
-from angpt.compare.plan import Plan, format_lr, format_tokens
-from angpt.compare.stats import mean, median, speedups, std, usable, welch_ttest
-from angpt.compare.sweep import SweepResult
+from angpt.compare.plan import Plan, format_lr, format_setting, format_tokens
+from angpt.compare.stats import mean, median, paired_ttest, speedups, std, usable, welch_ttest
+from angpt.compare.sweep import Sweeps
+
+# A chosen LR is flagged unstable when a run's largest pre-clip gradient norm exceeds this multiple of its median
+# (a gradient blow-up the clip hid), or when its training loss spiked (store.SPIKE_FACTOR).
+GRAD_NORM_RATIO_LIMIT = 100.0
 
 
 def _finite(xs) -> list[float]:
     return [x for x in xs if x is not None and math.isfinite(x)]
 
 
-def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns) -> dict[str, Any]:
-    """Per seed: speedup_i for every baseline budget, their mean over i; then mean +- std over seeds."""
+def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns, diff_at_largest: float | None) -> dict[str, Any]:
+    """Per seed: speedup_i for every baseline budget, their mean over i; then mean +- std over seeds.
+
+    The mean over the measured points is a speedup estimate ("established") only when no point was left out in
+    the arm's favour: a point the arm never reaches (speedup < D_i / D_n) left out would inflate it, and an arm
+    whose loss at the largest budget is higher than the baseline's has not reached the baseline's loss with fewer
+    tokens, whatever its smaller budgets did. Points below range (speedup >= D_i / D_1) left out only understate.
+    """
     ext = plan.extrapolate
     per_seed: dict[str, Any] = {}
     seed_means: list[float] = []
@@ -45,10 +56,22 @@ def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns) -> dict[str, Any]:
         rows = speedups(plan.budgets, bm, cm, extrapolate=ext)  # type: ignore[arg-type]
         vals = [r.speedup for r in rows if usable(r, ext)]
         of_means = {"per_budget": [r.to_dict() for r in rows], "mean": mean(vals), "n_used": len(vals)}
+    why_not = []
+    if not seed_means:
+        why_not.append("no point lies inside the trained range")
+    if bounds["not_reached"]:
+        why_not.append(
+            f"{len(bounds['not_reached'])} of {len(statuses)} points never reach {plan.baseline}'s loss "
+            f"(speedup < {max(bounds['not_reached']):.2f}x there)"
+        )
+    if diff_at_largest is not None and diff_at_largest > 0:
+        why_not.append(f"its loss at {format_tokens(plan.budgets[-1])} tokens is higher than {plan.baseline}'s")
     return {
         "per_seed": per_seed,
-        "mean": mean(seed_means),
+        "mean": mean(seed_means),  # over the measured points only: read it with `established`
         "std": std(seed_means),
+        "established": not why_not,
+        "why_not": "; ".join(why_not) or None,
         "n_seeds": len(seed_means),
         "n_comparisons": len(statuses),
         "n_exact": statuses.count("exact"),
@@ -63,20 +86,70 @@ def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns) -> dict[str, Any]:
     }
 
 
-def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: dict[str, SweepResult]) -> dict[str, Any]:
-    """Every number of the report, per arm: losses, bpb, improvement, Welch p, speedup, step time, sweep."""
+def _difference(plan: Plan, base: ArmRuns, cand: ArmRuns, b: int) -> dict[str, Any]:
+    """The arm's final loss minus the baseline's at budget b: paired over the seeds both finished, Welch beside."""
+    pairs = [
+        (cand.final[b][s], base.final[b][s])
+        for s in plan.seeds
+        if s in cand.final.get(b, {}) and s in base.final.get(b, {})
+    ]
+    pairs = [(c, r) for c, r in pairs if math.isfinite(c) and math.isfinite(r)]
+    paired = paired_ttest([c for c, _ in pairs], [r for _, r in pairs])
+    welch = welch_ttest(_finite(cand.final.get(b, {}).values()), _finite(base.final.get(b, {}).values()))
+    if not pairs:
+        note = "n/a (no seed finished by both)"
+    elif len(pairs) == 1:
+        note = "n/a (one seed)"
+    elif paired is None:
+        note = "n/a (the differences do not vary)"
+    else:
+        note = None
+    return {
+        "n_pairs": len(pairs),
+        "mean_diff": mean([c - r for c, r in pairs]),  # negative: the arm's loss is lower
+        "paired": None if paired is None else paired.to_dict(),
+        "welch": None if welch is None else welch.to_dict(),
+        "note": note,
+    }
+
+
+def _stability(plan: Plan, r: ArmRuns) -> dict[str, Any]:
+    """The largest pre-clip gradient norm of the arm's main runs against its run's median, and loss spikes."""
+    worst: dict[str, Any] | None = None
+    spikes, spiky = 0, []
+    for b, by_seed in r.health.items():
+        for s, h in by_seed.items():
+            top, mid = h.get("max_grad_norm"), h.get("median_grad_norm")
+            ratio = top / mid if top is not None and mid else None
+            if ratio is not None and (worst is None or ratio > worst["ratio"]):
+                where = f"{format_tokens(b)} seed {s} step {h.get('max_grad_norm_step')}"
+                worst = {"max_grad_norm": top, "median_grad_norm": mid, "ratio": ratio, "where": where}
+            n = int(h.get("loss_spikes") or 0)
+            spikes += n
+            if n:
+                spiky.append(f"{format_tokens(b)} seed {s} step {(h.get('loss_spike_steps') or ['?'])[0]}")
+    unstable = bool(spikes) or (worst is not None and worst["ratio"] > GRAD_NORM_RATIO_LIMIT)
+    return {**(worst or {}), "loss_spikes": spikes, "spiky_runs": spiky, "unstable": unstable}
+
+
+def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, Any]:
+    """Every number of the report, per arm: losses, bpb, improvement, paired and Welch tests, speedup, step time,
+    stability, sweeps and the (LR, setting) chosen at each budget."""
     base = runs[plan.baseline]
     base_step = median(base.step_times)
     arms: dict[str, Any] = {}
     for arm in plan.arms:
         r = runs[arm.label]
+        arm_sweeps = [sweeps[arm.label][b] for b in sorted(sweeps.get(arm.label, {}))]
         entry: dict[str, Any] = {
             "arch": arm.arch,
             "base": arm.base,
             "model_overrides": arm.model,
             "train_overrides": arm.train,
+            "tune": arm.tune,
             "lr": r.lr,
-            "sweep": sweeps[arm.label].to_dict(),
+            "sweep": arm_sweeps[0].to_dict() if arm_sweeps else None,
+            "sweeps": [sw.to_dict() for sw in arm_sweeps],
             "budgets": [],
         }
         for b in plan.budgets:
@@ -84,9 +157,12 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: dict[str, SweepResult]
             losses = [x for x in losses if x is not None]
             fin = _finite(losses)
             bpbs = _finite(r.bpb.get(b, {}).values())
+            lr, setting = r.choice.get(b, (None, ()))
             row: dict[str, Any] = {
                 "budget": b,
                 "steps": plan.steps(b),
+                "lr": lr,
+                "setting": dict(setting),
                 "val_loss": {str(s): r.final.get(b, {}).get(s) for s in plan.seeds},
                 "val_loss_mean": mean(fin),
                 "val_loss_std": std(fin),
@@ -99,90 +175,137 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: dict[str, SweepResult]
                 bfin = _finite(base.final.get(b, {}).values())
                 bm = mean(bfin)
                 row["rel_improvement_pct"] = (bm - row["val_loss_mean"]) / bm * 100 if fin and bm else None
-                w = welch_ttest(fin, bfin)
-                row["welch"] = None if w is None else {"t": w.t, "df": w.df, "p": w.p}
+                row["difference"] = _difference(plan, base, r, b)
+                row["welch"] = row["difference"]["welch"]
             entry["budgets"].append(row)
         st = median(r.step_times)
         entry["step_time_median"] = st
         entry["step_time_ratio"] = st / base_step if st and base_step else None
+        entry["stability"] = _stability(plan, r)
         if arm.label != plan.baseline and r.lr is not None and base.lr is not None:
-            entry["speedup"] = _speedup_block(plan, base, r)
+            last = entry["budgets"][-1]
+            diff = last["difference"]["mean_diff"]
+            if diff is None and last["val_loss_mean"] is not None and base.final.get(plan.budgets[-1]):
+                diff = last["val_loss_mean"] - (mean(_finite(base.final[plan.budgets[-1]].values())) or math.nan)
+            entry["speedup"] = _speedup_block(plan, base, r, diff)
         arms[arm.label] = entry
     return arms
 
 
 # --------------------------------------------------------------------------------------------- verdicts
-def _pct(x: float) -> str:
-    return f"{abs(x):.1f}% {'lower' if x > 0 else 'higher'}"
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-4 else "<1e-4"
 
 
-def verdict(plan: Plan, label: str, entry: dict[str, Any]) -> str:
-    """One plain-language line on an arm against the baseline."""
+def difference_text(plan: Plan, row: dict[str, Any]) -> str:
+    """'loss 0.0520 lower (1.74%), 95% CI [-0.0810, -0.0230], paired p=0.012 over 3 seeds (Welch p=0.031)'."""
+    d = row.get("difference") or {}
+    md = d.get("mean_diff")
+    if md is None:
+        return "no seed finished by both"
+    rel = row.get("rel_improvement_pct")
+    rel_txt = f" ({abs(rel):.2f}%)" if rel is not None else ""
+    text = f"final loss {abs(md):.4f} {'lower' if md < 0 else 'higher'}{rel_txt}"
+    if d.get("note"):
+        return f"{text}; interval and p-value {d['note']}"
+    lead, other = ("paired", "welch") if plan.stat == "paired" else ("welch", "paired")
+    t = d.get(lead)
+    if t is None:  # Welch undefined (no spread in both arms) while paired is: lead with what exists
+        lead, other = other, lead
+        t = d[lead]
+    name = {"paired": "paired", "welch": "Welch"}
+    lo, hi = t["ci95"]
+    text += f", 95% CI [{lo:+.4f}, {hi:+.4f}], {name[lead]} p={_p(t['p'])} over {d['n_pairs']} seeds"
+    if d.get(other):
+        text += f" ({name[other]} p={_p(d[other]['p'])})"
+    return text
+
+
+def bounds_text(sp: dict[str, Any]) -> str:
+    """How many points were bounds, and which way."""
+    out = []
+    if sp["n_below_range"]:
+        out.append(
+            f"{sp['n_below_range']} below range (speedup >= {sp['lower_bound']:.2f}x there; left out, so the mean "
+            "understates)"
+        )
+    if sp["n_not_reached"]:
+        out.append(f"{sp['n_not_reached']} not reached (speedup < {sp['upper_bound']:.2f}x there)")
+    if sp["n_extrapolated"]:
+        out.append(f"{sp['n_extrapolated']} extrapolated")
+    return "; ".join(out)
+
+
+def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) -> str:
+    """One plain-language line on an arm against the baseline, led by the difference at the largest budget."""
     b = plan.baseline
+    prefix = "smoke test: " if smoke else ""
     if entry["lr"] is None:
-        return f"{label}: every LR of its sweep diverged; no comparison possible."
+        return f"{prefix}{label}: every LR of its sweep diverged; no comparison possible."
+    last = entry["budgets"][-1]
+    parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
     sp = entry.get("speedup")
-    parts = []
     if sp is None:
-        parts.append(f"{label}: no speedup (the baseline has no usable runs)")
-    elif sp["mean"] is not None:
+        parts.append("no speedup (the baseline has no usable runs)")
+    elif sp["established"]:
         m = sp["mean"]
         spread = f"±{sp['std']:.2f} over {sp['n_seeds']} seeds" if sp["std"] is not None else "1 seed, no spread"
-        if m >= 1:
-            parts.append(f"{label} reaches {b}'s loss with {m:.2f}x fewer tokens ({spread})")
-        else:
-            parts.append(
-                f"{label} needs {1 / m:.2f}x as many tokens as {b} to reach its loss (speedup {m:.2f}x, {spread})"
-            )
-        n = sp["n_comparisons"]
-        if sp["n_extrapolated"]:
-            parts[-1] += f" [{sp['n_extrapolated']} of {n} points extrapolated]"
-        left = []
-        if sp["n_below_range"]:
-            left.append(f"{sp['n_below_range']} below range, speedup >= {sp['lower_bound']:.2f}x")
-        if sp["n_not_reached"]:
-            left.append(f"{sp['n_not_reached']} not reached, speedup < {sp['upper_bound']:.2f}x")
-        if left:
-            parts[-1] += f" [left out of the mean, of {n} points: {'; '.join(left)}]"
-    elif sp["n_not_reached"] and not sp["n_below_range"]:
-        parts.append(f"{label} does not reach {b}'s loss within its budgets (speedup < {sp['upper_bound']:.2f}x)")
-    elif sp["n_below_range"] and not sp["n_not_reached"]:
-        parts.append(
-            f"{label} is below {b}'s loss already at its smallest budget (speedup >= {sp['lower_bound']:.2f}x; "
-            "add smaller budgets to measure it)"
+        used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
+        head = (
+            f"reaches {b}'s loss with {m:.2f}x fewer tokens"
+            if m >= 1
+            else f"needs {1 / m:.2f}x as many tokens as {b} to reach its loss (speedup {m:.2f}x"
         )
+        inner = f"{spread}; {used} of {sp['n_comparisons']} points measured"
+        bounds = bounds_text(sp)
+        if bounds:
+            inner += f", {bounds}"
+        parts.append(f"{head} ({inner})" if m >= 1 else f"{head}, {inner})")
     else:
-        parts.append(f"{label}: no speedup measurable within the budget range")
-    last = entry["budgets"][-1]
-    if last.get("rel_improvement_pct") is not None:
-        w = last.get("welch")
-        p = f"p={w['p']:.2g}" if w else "no p-value (needs >= 2 seeds with spread)"
-        parts.append(f"at {format_tokens(last['budget'])} tokens its loss is {_pct(last['rel_improvement_pct'])}, {p}")
+        parts.append(f"no speedup can be claimed: {sp['why_not']}")
+        if sp["n_below_range"] and not sp["n_not_reached"] and not sp["n_exact"]:
+            parts[-1] += f" (all points below range, speedup >= {sp['lower_bound']:.2f}x: add smaller budgets)"
     if entry.get("step_time_ratio") is not None:
         parts.append(f"steps take {entry['step_time_ratio']:.2f}x the baseline's time")
     return "; ".join(parts) + "."
 
 
-def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None) -> list[str]:
+def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[str, Any] | None = None) -> list[str]:
     """Everything that weakens the comparison, said plainly."""
     out = []
+    if horizon is not None and horizon.get("short"):
+        out.append(horizon["message"])
     for label, e in arms.items():
-        sw = e["sweep"]
-        if sw["fixed"]:
-            lr = format_lr(sw["best_lr"] or 0)
-            out.append(f"{label}: LR {lr} was given, not tuned by a sweep (docs/protocol.md).")
-        elif sw["best_at_edge"]:
-            out.append(
-                f"{label}: the best LR {format_lr(sw['best_lr'] or 0)} is still at an edge of its grid after "
-                f"{sw['extensions']} extension(s): the sweep is not finished (raise --max-extensions)."
-            )
-        if sw["best_lr"] is None:
-            out.append(f"{label}: every LR of its sweep diverged.")
+        for sw in e["sweeps"]:
+            where = f" at {format_tokens(sw['budget'])}" if e["tune"] else ""
+            if sw["fixed"] and sw is e["sweeps"][0]:
+                lr = format_lr(sw["best_lr"] or 0)
+                out.append(f"{label}: LR {lr} was given, not tuned by a sweep (docs/protocol.md).")
+            elif sw["best_at_edge"] and not sw["fixed"]:
+                out.append(
+                    f"{label}: the best LR {format_lr(sw['best_lr'] or 0)}{where} is still at an edge of its grid "
+                    f"after {sw['extensions']} extension(s): the sweep is not finished (raise --max-extensions)."
+                )
+            if sw["best_lr"] is None:
+                out.append(f"{label}: every LR of its sweep{where} diverged.")
         div = sum(r["diverged"] for r in e["budgets"])
         if div:
             out.append(f"{label}: {div} run(s) at its chosen LR diverged (counted as not reaching any loss).")
-    if len(plan.seeds) < 3:
-        out.append(f"only {len(plan.seeds)} seed(s): spreads and p-values are weak or missing (use >= 3).")
+        stab = e["stability"]
+        if stab["unstable"]:
+            why = []
+            if stab.get("ratio") is not None and stab["ratio"] > GRAD_NORM_RATIO_LIMIT:
+                why.append(
+                    f"its largest pre-clip gradient norm {stab['max_grad_norm']:.3g} is {stab['ratio']:.0f}x its "
+                    f"run's median ({stab['where']})"
+                )
+            if stab["loss_spikes"]:
+                why.append(f"{stab['loss_spikes']} loss spike(s) (first: {stab['spiky_runs'][0]})")
+            out.append(f"{label}: the chosen LR looks unstable: {'; '.join(why)}; its numbers may not be its best.")
+    if len(plan.seeds) == 1:
+        out.append("only 1 seed: no spread, interval or p-value (use >= 3).")
+    elif len(plan.seeds) < 3:
+        out.append(f"only {len(plan.seeds)} seeds: spreads, intervals and p-values are weak (use >= 3).")
     if meta is not None:
         train_tokens = meta.get("splits", {}).get("train", {}).get("tokens")
         if train_tokens and plan.budgets[-1] > train_tokens:
@@ -193,3 +316,14 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None) -> list[str]:
     if plan.extrapolate:
         out.append("speedups outside the budget range are extrapolated log-linearly (--extrapolate).")
     return out
+
+
+def chosen_settings(plan: Plan, entry: dict[str, Any]) -> str:
+    """'2Mi: lr 0.002, weight_decay=0.1, warmup=5%; 4Mi: ...' for a tuned arm."""
+    parts = []
+    for row in entry["budgets"]:
+        if row["lr"] is None:
+            continue
+        setting = format_setting(tuple(row["setting"].items()))
+        parts.append(f"{format_tokens(row['budget'])}: lr {format_lr(row['lr'])}" + (f", {setting}" if setting else ""))
+    return "; ".join(parts)

@@ -13,8 +13,9 @@ Train every arm at every token budget and seed (each budget a full run with its 
 per-arm learning-rate sweep at the smallest budget, and write report.md, report.json and plots into --out.
 Re-running the same command skips finished runs and resumes interrupted ones. See docs/compare.md.
 
-arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, dyt, ln_scaling, ngpt_bounded; any arm takes overrides,
-  e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them in the shell).
+arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, tokenformer, dyt, ln_scaling, ngpt_bounded; any arm takes
+  overrides, e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them in the
+  shell), and tuned settings swept with the LR at every budget: 'r=gpt+[tune.weight_decay=0:0.1,tune.warmup=0:0.05]'.
 token counts: 4096, 512K, 1M, 2G (powers of 1000) or 64Ki, 1Mi (powers of 1024).
 """
 
@@ -109,24 +110,46 @@ def plan_from_args(args: argparse.Namespace, data=None):
         dtype=args.dtype,
         device=args.device,
         extrapolate=args.extrapolate,
+        retune=split_arms(args.retune or ""),
+        stat=args.stat,
     )
+
+
+def _jobs(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise UserError(f"--jobs {text!r} must be a positive integer or 'auto'")
+    return jobs
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
-    from angpt.compare import run_comparison
+    from angpt.compare import ComparisonInterrupted, run_comparison
 
     plan = plan_from_args(args)
+    if args.sample_tokens < 1:
+        raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
     command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
-    report = run_comparison(
-        plan,
-        args.out,
-        jobs=args.jobs,
-        threads=args.threads,
-        dry_run=args.dry_run,
-        progress=not args.quiet,
-        command=command,
-    )
+    try:
+        report = run_comparison(
+            plan,
+            args.out,
+            jobs=_jobs(args.jobs),
+            threads=args.threads,
+            dry_run=args.dry_run,
+            progress=not args.quiet,
+            command=command,
+            strict=args.strict,
+            sample=args.sample,
+            sample_tokens=args.sample_tokens,
+        )
+    except ComparisonInterrupted as e:
+        return 128 + e.signum  # as the shell reports a process a signal stopped (130 SIGINT, 143 SIGTERM)
     if report.dry_run:
         print(report.estimate.text if report.estimate else "")
         return 0
@@ -176,10 +199,24 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
     s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
     s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    s.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    s.add_argument(
+        "--retune",
+        default=None,
+        metavar="ARM,...",
+        help="add ARM_retuned: ARM swept over LR x weight decay {0, 0.1} x warm-up {0, 1%%, 5%%} at every budget",
+    )
+    s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
     s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
     s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
+    s.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a plan whose largest budget is a smoke test (< 1000 steps or < 10 tokens/parameter)",
+    )
+    s.add_argument("--stat", default="paired", help="the test leading the verdicts: paired (default) or welch")
     s.add_argument("--extrapolate", action="store_true", help="extrapolate speedups beyond the budget range")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--sample", default=None, metavar="PROMPT", help="end the report with each arm's continuation")
+    s.add_argument("--sample-tokens", type=int, default=80, help="tokens per --sample continuation (default 80)")
     s.set_defaults(func=cmd_compare)
     return s

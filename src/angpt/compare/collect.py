@@ -1,49 +1,58 @@
-"""Collecting a finished comparison's main runs from the report directory: final losses, step times, curves."""
+"""Collecting a comparison's main runs from the report directory: final losses, step times, curves, stability."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from angpt.compare.plan import Plan
-from angpt.compare.store import RunSpec, read_rows
-from angpt.compare.sweep import SweepResult
+from angpt.compare.plan import Plan, Setting
+from angpt.compare.store import RunSpec, read_rows, run_health
+from angpt.compare.sweep import Sweeps, chosen
 
 
 @dataclass
 class ArmRuns:
-    """The main runs of one arm at its chosen LR."""
+    """The main runs of one arm at its chosen LR (and, for a tuned arm, each budget's chosen setting)."""
 
     label: str
-    lr: float | None
+    lr: float | None  # the LR chosen at the smallest budget (None: every sweep run diverged)
     final: dict[int, dict[int, float]] = field(default_factory=dict)  # budget -> seed -> val loss (inf: diverged)
     bpb: dict[int, dict[int, float | None]] = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)
     curves: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # seed -> (tokens, val loss), largest
+    choice: dict[int, tuple[float, Setting]] = field(default_factory=dict)  # budget -> (LR, setting) used there
+    health: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)  # budget -> seed -> run_health
 
 
-def collect(
-    plan: Plan, report_dir: Path, sweeps: dict[str, SweepResult], records: dict[tuple, dict]
-) -> dict[str, ArmRuns]:
-    """Final losses, bits per byte, step times and the largest budget's validation curves of every arm."""
+def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, dict]) -> dict[str, ArmRuns]:
+    """Final losses, bits per byte, step times, stability and the largest budget's validation curves of every arm.
+
+    Only runs in `records` count: a budget or seed not reached yet (an interrupted comparison) is absent.
+    """
     out: dict[str, ArmRuns] = {}
     for arm in plan.arms:
-        lr = sweeps[arm.label].best
-        runs = ArmRuns(arm.label, lr)
+        first = chosen(plan, sweeps, arm.label, plan.sweep_budget)
+        runs = ArmRuns(arm.label, None if first is None else first[0])
         out[arm.label] = runs
-        if lr is None:
-            continue
         for b in plan.budgets:
-            runs.final[b], runs.bpb[b] = {}, {}
+            point = chosen(plan, sweeps, arm.label, b)
+            if point is None:
+                continue
+            runs.choice[b] = point
+            runs.final[b], runs.bpb[b], runs.health[b] = {}, {}, {}
             for s in plan.seeds:
-                rec = records.get(RunSpec(arm.label, b, s, lr).key())
+                spec = RunSpec(arm.label, b, s, point[0], point[1])
+                rec = records.get(spec.key())
                 if rec is None:
                     continue
                 diverged = rec["status"] != "finished" or rec.get("val_loss") is None
                 runs.final[b][s] = math.inf if diverged else float(rec["val_loss"])
                 runs.bpb[b][s] = None if diverged else rec.get("val_bpb")
-                rows = read_rows(plan.run_dir(report_dir, arm, b, s, lr))
+                rows = read_rows(spec.run_dir(plan, report_dir))
+                # Records written before runs carried their health get it from their metrics.
+                runs.health[b][s] = rec if "max_grad_norm" in rec else {**rec, **run_health(rows)}
                 # The first step of a run pays one-off costs (allocation, kernel selection): leave it out.
                 runs.step_times += [r["step_time"] for r in rows if "step_time" in r and r["step"] > 1]
                 if b == plan.budgets[-1]:

@@ -11,13 +11,18 @@ from angpt.compare.plan import Arm, Plan, format_lr, format_tokens
 from angpt.compare.store import RunSpec, load_record
 
 
-def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[str, float], dict[str, float]]:
-    """Seconds per training step of each arm, timed here: 1 warm-up step, then the median of `steps` steps.
+def plan_device(plan: Plan):
+    """The torch device the plan's runs use (auto: CUDA when present)."""
+    import torch
 
-    A step is the real thing (the plan's batch, micro-batches, optimizer, constraint) on the plan's data; the
-    run configs are those of the smallest budget. Also returns each arm's set-up time (model and optimizer
-    construction), a per-run cost that dominates short runs.
-    """
+    if plan.device not in ("auto", "cpu"):
+        return torch.device(plan.device)
+    return torch.device("cuda" if plan.device == "auto" and torch.cuda.is_available() else "cpu")
+
+
+def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
+    """A real training step of `arm` as its runs at the smallest budget take it (the plan's batch, micro-batches,
+    optimizer and constraint, on the plan's data): returns (step, loader.next_batch); call ``step(next_batch)``."""
     import torch
 
     from angpt.data import TokenLoader, load_meta
@@ -25,38 +30,48 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
     from angpt.train.config import load_run_config
     from angpt.train.loop import resolve_model_config
     from angpt.train.optim import make_optimizer
-    from angpt.train.step import TrainStep, resolve_dtype, synchronize
+    from angpt.train.step import TrainStep, resolve_dtype
+
+    cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
+    mcfg = resolve_model_config(cfg, meta if meta is not None else load_meta(plan.data))
+    torch.manual_seed(0)
+    model = model_from_config(mcfg).to(device)
+    opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
+    loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
+    accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
+    step = TrainStep(model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum)
+    return step, loader.next_batch
+
+
+def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per training step of each arm, timed here: 1 warm-up step, then the median of `steps` steps.
+
+    A step is the real thing (:func:`train_step_for`); the run configs are those of the smallest budget. Also
+    returns each arm's set-up time (model and optimizer construction), a per-run cost that dominates short runs.
+    """
+    import torch
+
+    from angpt.data import load_meta
+    from angpt.train.step import synchronize
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     meta = load_meta(plan.data)
     out: dict[str, float] = {}
     setup: dict[str, float] = {}
-    device = torch.device("cuda" if plan.device == "auto" and torch.cuda.is_available() else "cpu")
-    if plan.device not in ("auto", "cpu"):
-        device = torch.device(plan.device)
+    device = plan_device(plan)
     try:
         # An untimed first build pays the process's one-off costs (lazy imports, optimizer set-up), which a
         # comparison pays once, not per run.
-        cfg0 = load_run_config(None, plan.run_overrides(plan.arms[0], plan.budgets[0], plan.seeds[0], 1e-3, "-"))
-        warm = model_from_config(resolve_model_config(cfg0, meta)).to(device)
-        make_optimizer(warm, cfg0.arch, 1e-3, max_steps=100)
-        del warm
+        train_step_for(plan, plan.arms[0], device, meta)
         for arm in plan.arms:
             t_setup = time.perf_counter()
-            cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
-            mcfg = resolve_model_config(cfg, meta)
-            torch.manual_seed(0)
-            model = model_from_config(mcfg).to(device)
-            opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
-            loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
-            accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
-            step = TrainStep(model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum)
+            step, next_batch = train_step_for(plan, arm, device, meta)
             setup[arm.label] = time.perf_counter() - t_setup
             times = []
             for i in range(steps + 1):
                 t0 = time.perf_counter()
-                step(loader.next_batch)
+                step(next_batch)
                 synchronize(device)
                 if i:  # the first step pays one-off costs (allocations, kernel selection)
                     times.append(time.perf_counter() - t0)
@@ -90,39 +105,51 @@ class DryRun:
     text: str = ""
 
 
-def describe_dry_run(plan: Plan, report_dir: Path, *, jobs: int, threads: int, measure: bool = True) -> DryRun:
-    """The planned runs with their status, and a time estimate from step times measured on this machine."""
-    dr = DryRun(max_extensions=plan.max_extensions * sum(len(plan.initial_grid(a)) > 1 for a in plan.arms))
+def describe_dry_run(
+    plan: Plan, report_dir: Path, *, jobs: int, threads: int, measure: bool = True, horizon_line: str | None = None
+) -> DryRun:
+    """The planned runs with their status, and a time estimate from step times measured on this machine.
+
+    Runs go budget by budget (sweep.run_plan): the sweeps due at a budget (every arm's at the smallest, a tuned
+    arm's at each), then every arm x seed there. `horizon_line` (horizon.Horizon.message) is printed first.
+    """
+    dr = DryRun()
     dr.jobs, dr.threads = jobs, threads
+    swept = [(a, b) for b in plan.budgets for a in plan.arms if plan.tunes_at(a, b)]
+    dr.max_extensions = plan.max_extensions * sum(len(plan.initial_grid(a)) > 1 for a, _ in swept)
 
-    def done(arm: Arm, budget: int, seed: int, lr: float) -> bool:
-        return load_record(plan.run_dir(report_dir, arm, budget, seed, lr), plan.steps(budget)) is not None
+    def done(spec: RunSpec) -> bool:
+        return load_record(spec.run_dir(plan, report_dir), plan.steps(spec.budget)) is not None
 
-    lines = [
+    lines = [horizon_line] if horizon_line else []
+    lines.append(
         f"plan: {len(plan.arms)} arms x {len(plan.budgets)} budgets x {len(plan.seeds)} seeds, baseline "
         f"{plan.baseline}; batch {plan.batch_tokens} tokens (seq_len {plan.seq_len}, micro-batch "
         f"{plan.micro_batch}); preset {plan.preset}; data {plan.data}"
-    ]
-    lines.append(f"LR sweep at {format_tokens(plan.sweep_budget)} tokens, seed {plan.sweep_seed}:")
-    for a in plan.arms:
-        grid = plan.initial_grid(a)
-        flags = [done(a, plan.sweep_budget, plan.sweep_seed, lr) for lr in grid]
-        dr.sweep += [(RunSpec(a.label, plan.sweep_budget, plan.sweep_seed, lr), f) for lr, f in zip(grid, flags)]
-        fixed = " (fixed: not tuned)" if len(grid) == 1 else ""
-        lines.append(
-            f"  {a.label:<24} lr {', '.join(format_lr(x) for x in grid)}{fixed}  [{sum(flags)}/{len(grid)} done]"
-        )
-    if dr.max_extensions:
-        lines.append(f"  + up to {dr.max_extensions} grid extension run(s) if a best LR sits at a grid edge")
-    lines.append("runs at each arm's best LR (the sweep's own run counts for the smallest budget and first seed):")
-    for a in plan.arms:
-        for b in plan.budgets:
-            shared = " (one is the sweep's run)" if b == plan.sweep_budget else ""
+    )
+    lines.append(
+        f"runs go budget by budget: at each, the sweeps due there (seed {plan.sweep_seed}), then every arm x seed"
+    )
+    for b in plan.budgets:
+        lines.append(f"{format_tokens(b)} tokens = {plan.steps(b)} steps:")
+        for a in plan.arms:
+            if plan.tunes_at(a, b):
+                grid_lrs = plan.initial_grid(a)
+                specs = [RunSpec(a.label, b, plan.sweep_seed, lr, st) for st in a.settings() for lr in grid_lrs]
+                flags = [done(sp) for sp in specs]
+                dr.sweep += list(zip(specs, flags))
+                grid = ", ".join(format_lr(x) for x in plan.initial_grid(a))
+                fixed = " (fixed: not tuned)" if len(plan.initial_grid(a)) == 1 else ""
+                tuned = f" x {len(a.settings())} settings ({_grid_text(a)})" if a.tune else ""
+                lines.append(f"  {a.label:<24} sweep lr {grid}{fixed}{tuned}  [{sum(flags)}/{len(specs)} done]")
+            seeds = [s for s in plan.seeds if not (plan.tunes_at(a, b) and s == plan.sweep_seed)]
+            dr.main += [(a.label, b, s) for s in seeds]
             lines.append(
-                f"  {a.label:<24} {format_tokens(b):>8} tokens = {plan.steps(b):>6} steps x {len(plan.seeds)} "
-                f"seed(s){shared}"
+                f"  {a.label:<24} {len(plan.seeds)} seed(s) at its chosen LR"
+                + (" (one is the sweep's best run)" if plan.tunes_at(a, b) else "")
             )
-            dr.main += [(a.label, b, s) for s in plan.seeds if not (b == plan.sweep_budget and s == plan.sweep_seed)]
+    if dr.max_extensions:
+        lines.append(f"+ up to {dr.max_extensions} grid extension run(s) if a best LR sits at a grid edge")
     if measure:
         dr.step_times, dr.setup_times = measure_step_times(plan, threads)
 
@@ -132,9 +159,7 @@ def describe_dry_run(plan: Plan, report_dir: Path, *, jobs: int, threads: int, m
         seq = sum(est(spec.arm, spec.budget) for spec, is_done in dr.sweep if not is_done)
         # Main runs are counted as not done: their LR is only known once the sweep has finished.
         seq += sum(est(label, b) for label, b, _s in dr.main)
-        ext = sum(
-            plan.max_extensions * est(a.label, plan.sweep_budget) for a in plan.arms if len(plan.initial_grid(a)) > 1
-        )
+        ext = sum(plan.max_extensions * est(a.label, b) for a, b in swept if len(plan.initial_grid(a)) > 1)
         dr.seconds = seq / jobs
         dr.seconds_max = (seq + ext) / jobs
         lines.append(
@@ -150,6 +175,10 @@ def describe_dry_run(plan: Plan, report_dir: Path, *, jobs: int, threads: int, m
         )
     dr.text = "\n".join(lines)
     return dr
+
+
+def _grid_text(arm: Arm) -> str:
+    return " x ".join(f"{k} {'/'.join(f'{v:g}' for v in vs)}" for k, vs in sorted(arm.tune.items()))
 
 
 def _hms(seconds: float) -> str:

@@ -6,6 +6,9 @@ An arm is a named architecture with optional config overrides, written ``[LABEL=
     angpt[nu_att=sqrt_pos]                  anGPT with one model field changed (label "angpt[nu_att=sqrt_pos]")
     sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]   the same, labelled "sqrtpos"
     gpt+[train.weight_decay=0]              a train setting that does not touch the data (see ARM_TRAIN_KEYS)
+    r=gpt+[tune.weight_decay=0:0.1,tune.warmup=0:0.01:0.05]
+                                            GPT+ re-tuned: at every budget, LR x weight decay x warm-up
+                                            fraction, the best setting chosen by validation loss (TUNE_KEYS)
 
 Keys without a section are model fields (:class:`angpt.models.ModelConfig`); values are YAML scalars.
 """
@@ -37,6 +40,12 @@ ARM_TRAIN_KEYS = frozenset(
     | {"schedule", "decay_fraction", "decay_shape"}  # the LR schedule's shape (cosine by default, or wsd)
 )
 SETTINGS_TRAIN_KEYS = ARM_TRAIN_KEYS | {"compile", "deterministic"}
+# Train settings an arm may tune per budget (``tune.KEY=V:V:...``): "warmup" is a fraction of the run's steps (a
+# step count cannot mean the same at every budget); the others are the train keys of the same name.
+TUNE_KEYS = (ARM_TRAIN_KEYS - {"warmup_steps"}) | {"warmup"}
+# docs/protocol.md#missing-controls (SPEC section 7): the re-tuned baseline's grid, swept with the LR.
+RETUNE_GRID: dict[str, list[float]] = {"weight_decay": [0.0, 0.1], "warmup": [0.0, 0.01, 0.05]}
+STATS = ("paired", "welch")  # the test that leads the verdict (both are reported)
 _PLAN_FLAG = {
     "batch_tokens": "--batch-tokens",
     "seq_len": "--seq-len",
@@ -105,6 +114,7 @@ class Arm:
     arch: str
     model: dict[str, Any] = field(default_factory=dict)  # model overrides (built-in ones first, then the user's)
     train: dict[str, Any] = field(default_factory=dict)  # train overrides (ARM_TRAIN_KEYS only)
+    tune: dict[str, list[float]] = field(default_factory=dict)  # TUNE_KEYS swept at every budget with the LR
 
     @property
     def slug(self) -> str:
@@ -112,8 +122,36 @@ class Arm:
         s = self.label.replace("[", "__").replace("]", "").replace(",", "__").replace("=", "-")
         return re.sub(r"[^A-Za-z0-9_.+-]", "_", s)
 
+    def settings(self) -> list[Setting]:
+        """Every combination of the tuned values (sorted keys), or the one empty setting of an untuned arm."""
+        combos: list[Setting] = [()]
+        for key in sorted(self.tune):
+            combos = [c + ((key, float(v)),) for c in combos for v in self.tune[key]]
+        return combos
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.tune:  # plans written before arms could tune compare equal to ones without the key
+            d.pop("tune")
+        return d
+
+
+# A tuned setting of one run: sorted (key, value) pairs of TUNE_KEYS; () for an untuned arm.
+Setting = tuple[tuple[str, float], ...]
+
+
+def format_setting(setting: Setting) -> str:
+    """``weight_decay=0.1, warmup=5%`` (empty for no setting)."""
+    return ", ".join(_setting_item(k, v) for k, v in setting)
+
+
+def _setting_item(key: str, value: float) -> str:
+    return f"{key}={value * 100:g}%" if key == "warmup" else f"{key}={value:g}"
+
+
+def warmup_steps(fraction: float, steps: int) -> int:
+    """Warm-up steps of a run of `steps` steps for a warm-up `fraction`: rounded, at least 1 when positive."""
+    return 0 if fraction <= 0 else max(1, round(fraction * steps))
 
 
 def split_arms(text: str) -> list[str]:
@@ -153,13 +191,14 @@ def parse_arm(text: str) -> Arm:
     except ConfigError as e:
         raise UserError(f"arm {text!r}: {e}") from None
     train: dict[str, Any] = {}
+    tune: dict[str, list[float]] = {}
     model_keys = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch", "extra"}
     for item in _split_opts(m.group("opts") or ""):
         if "=" not in item:
             raise UserError(f"arm {text!r}: option {item!r} must look like key=value")
         key, raw = (s.strip() for s in item.split("=", 1))
-        value = load_yaml(raw) if raw else None
         section, _, name = key.rpartition(".")
+        value = load_yaml(raw) if raw and section != "tune" else None
         if section in ("", "model"):
             if name not in model_keys:
                 raise UserError(
@@ -174,10 +213,40 @@ def parse_arm(text: str) -> Arm:
                     f"per-arm train keys: {', '.join(sorted(ARM_TRAIN_KEYS))}"
                 )
             train[name] = value
+        elif section == "tune":
+            tune[name] = _tune_values(text, name, raw)
         else:
-            raise UserError(f"arm {text!r}: key {key!r} must be a model field or train.KEY")
+            raise UserError(f"arm {text!r}: key {key!r} must be a model field, train.KEY or tune.KEY")
+    clash = sorted(set(tune) & set(train))
+    if "warmup" in tune and "warmup_steps" in train:
+        clash.append("warmup_steps")
+    if clash:
+        raise UserError(f"arm {text!r}: {clash[0]} is both set (train.) and tuned (tune.); keep one")
     label = m.group("label") or text.strip()
-    return Arm(label=label, base=base, arch=arch, model=model, train=train)
+    return Arm(label=label, base=base, arch=arch, model=model, train=train, tune=tune)
+
+
+def _tune_values(text: str, name: str, raw: str) -> list[float]:
+    """``tune.KEY=V:V:...`` -> sorted distinct floats (a warm-up fraction must lie in [0, 1))."""
+    if name not in TUNE_KEYS:
+        raise UserError(f"arm {text!r}: tune.{name} cannot be tuned; tunable: {', '.join(sorted(TUNE_KEYS))}")
+    try:
+        values = sorted({float(v) for v in raw.split(":") if v.strip()})
+    except ValueError:
+        raise UserError(f"arm {text!r}: tune.{name}={raw!r} must be numbers separated by ':'") from None
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise UserError(f"arm {text!r}: tune.{name}={raw!r} must be non-negative numbers separated by ':'")
+    if name == "warmup" and max(values) >= 1:
+        raise UserError(f"arm {text!r}: tune.warmup values are fractions of the run's steps, in [0, 1)")
+    return values
+
+
+def retuned(arm: Arm) -> Arm:
+    """`arm` re-tuned (SPEC section 7): LR x weight decay {0, 0.1} x warm-up {0, 1%, 5%} at every budget, labelled
+    ``LABEL_retuned``. Its own weight decay and warm-up settings give way to the grid."""
+    train = {k: v for k, v in arm.train.items() if k not in ("weight_decay", "warmup_steps")}
+    tune = {**arm.tune, **{k: list(v) for k, v in RETUNE_GRID.items()}}
+    return Arm(f"{arm.label}_retuned", arm.base, arm.arch, dict(arm.model), train, tune)
 
 
 def _split_opts(text: str) -> list[str]:
@@ -220,7 +289,8 @@ class Plan:
 
     The sweep runs every arm over its LR grid at the smallest budget with the first seed; the best LR (lowest
     final validation loss) is then used for every budget and seed. A best LR at an edge of the grid extends the
-    grid by one step in that direction, at most `max_extensions` times per arm.
+    grid by one step in that direction, at most `max_extensions` times per arm. An arm with tuned settings
+    (``tune.KEY=...``) is swept over LR x settings at every budget instead, and uses each budget's best.
     """
 
     data: str
@@ -243,6 +313,7 @@ class Plan:
     # Not part of the plan's identity: they change where and how fast runs go, or only the analysis.
     device: str = "auto"
     extrapolate: bool = False
+    stat: str = "paired"  # the test that leads the verdict (STATS); both are reported
     data_fingerprint: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------- lookups
@@ -262,6 +333,10 @@ class Plan:
     @property
     def sweep_seed(self) -> int:
         return self.seeds[0]
+
+    def tunes_at(self, arm: Arm, budget: int) -> bool:
+        """Whether `arm` is swept at `budget`: every arm at the smallest budget, a tuned arm at every budget."""
+        return budget == self.sweep_budget or bool(arm.tune)
 
     def centre_lr(self, arm: Arm) -> float:
         return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr))
@@ -284,8 +359,11 @@ class Plan:
             ratio = grid[-1] / grid[-2]
         return round_lr(grid[0] / ratio) if direction < 0 else round_lr(grid[-1] * ratio)
 
-    def run_dir(self, report_dir: str | Path, arm: Arm, budget: int, seed: int, lr: float) -> Path:
-        return Path(report_dir) / "runs" / arm.slug / str(budget) / f"seed{seed}" / f"lr{format_lr(lr)}"
+    def run_dir(
+        self, report_dir: str | Path, arm: Arm, budget: int, seed: int, lr: float, setting: Setting = ()
+    ) -> Path:
+        name = f"lr{format_lr(lr)}" + "".join(f"_{k}{format_lr(v)}" for k, v in setting)
+        return Path(report_dir) / "runs" / arm.slug / str(budget) / f"seed{seed}" / name
 
     def eval_every(self, budget: int) -> int:
         return max(1, math.ceil(self.steps(budget) / self.eval_points))
@@ -296,7 +374,9 @@ class Plan:
         steps = self.steps(budget)
         return steps // 4 if steps >= 40 else 0
 
-    def run_overrides(self, arm: Arm, budget: int, seed: int, lr: float, out: str | Path) -> list[tuple[str, Any]]:
+    def run_overrides(
+        self, arm: Arm, budget: int, seed: int, lr: float, out: str | Path, setting: Setting = ()
+    ) -> list[tuple[str, Any]]:
         """The `load_run_config` overrides of one run. Data, tokens and evaluation are the same for every arm."""
         ov: list[tuple[str, Any]] = [
             ("arch", arm.arch),
@@ -310,6 +390,11 @@ class Plan:
         ov += [(f"model.{k}", v) for k, v in model.items()]
         ov += [(k, v) for k, v in self.settings.items() if k.startswith("train.")]
         ov += [(f"train.{k}", v) for k, v in arm.train.items()]
+        for k, v in setting:  # a warm-up fraction becomes this budget's step count
+            if k == "warmup":
+                ov.append(("train.warmup_steps", warmup_steps(v, self.steps(budget))))
+            else:
+                ov.append((f"train.{k}", v))
         ov += [
             ("train.max_steps", self.steps(budget)),
             ("train.stop_at", None),  # no arm is stopped early
@@ -334,8 +419,22 @@ class Plan:
     def identity(self) -> dict[str, Any]:
         """Everything that decides what the runs compute: two plans with equal identities share a report dir."""
         d = self.to_dict()
-        for k in ("data", "device", "extrapolate"):
-            d.pop(k)
+        for k in NOT_IDENTITY:
+            d.pop(k, None)
+        return d
+
+    @staticmethod
+    def shared_identity(identity: dict[str, Any], labels: set[str]) -> dict[str, Any]:
+        """What two plans extending one another must share: an identity without budgets and seeds, restricted
+        to the arms `labels` both hold (sorted by label), and to their --lr / --lr-values entries.
+
+        Finished runs are found by their directory, which names arm, budget, seed and LR, so arms may be added
+        or dropped and budgets and seeds changed; anything else would change the runs the two plans share.
+        """
+        d = {k: v for k, v in identity.items() if k not in ("budgets", "seeds", *NOT_IDENTITY)}
+        d["arms"] = sorted((a for a in d.get("arms", []) if a.get("label") in labels), key=lambda a: a["label"])
+        for key in ("lr", "lr_values"):
+            d[key] = {k: v for k, v in (d.get(key) or {}).items() if k in labels}
         return d
 
     def to_dict(self) -> dict[str, Any]:
@@ -348,6 +447,11 @@ class Plan:
         d = dict(d)
         d["arms"] = [Arm(**a) for a in d["arms"]]
         return cls(**d)
+
+
+# Plan fields that change neither which runs exist nor what they compute: where and how fast runs go, and the
+# analysis of their results.
+NOT_IDENTITY = ("data", "device", "extrapolate", "stat")
 
 
 def dataset_fingerprint(data: str | Path) -> dict[str, Any]:
@@ -393,13 +497,17 @@ def make_plan(
     dtype: str = "auto",
     device: str = "auto",
     extrapolate: bool = False,
+    retune: list[str] | None = None,
+    stat: str = "paired",
 ) -> Plan:
     """Build and validate a :class:`Plan`; every problem is a one-line :class:`UserError` before any run starts.
 
     Arms are strings in the ``[LABEL=]NAME[KEY=VALUE,...]`` syntax (default: gpt, gpt+, ngpt, angpt). The
     baseline defaults to gpt+ when present, else the first arm. Budgets are token counts (``4096``, ``1M``,
     ``1Mi``); each must be a whole number (>= 1) of `batch_tokens` steps. `lr` and `lr_values` are keyed by arm
-    label; `settings` are ``model.KEY``/``train.KEY`` overrides applied to every arm.
+    label; `settings` are ``model.KEY``/``train.KEY`` overrides applied to every arm. Each label in `retune`
+    adds that arm re-tuned (:func:`retuned`: ``LABEL_retuned``). `stat` ("paired" or "welch") is the test that
+    leads the verdicts.
     """
     from angpt.data import check_compatible, load_meta
     from angpt.models.config import PRESETS
@@ -408,6 +516,13 @@ def make_plan(
     arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else DEFAULT_ARMS)]
     if not arm_objs:
         raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
+    for label in retune or []:
+        match = [a for a in arm_objs if a.label == label]
+        if not match:
+            raise UserError(f"--retune {label!r} is not one of the arms ({', '.join(a.label for a in arm_objs)})")
+        arm_objs.append(retuned(match[0]))
+    if stat not in STATS:
+        raise UserError(f"unknown statistic {stat!r}; use one of: {', '.join(STATS)}")
     labels = [a.label for a in arm_objs]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -502,6 +617,7 @@ def make_plan(
         dtype=dtype,
         device=device,
         extrapolate=extrapolate,
+        stat=stat,
     )
 
     # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
@@ -512,6 +628,11 @@ def make_plan(
     meta = load_meta(data)
     plan.data_fingerprint = dataset_fingerprint(data)
     for arm in arm_objs:
+        for setting in arm.settings()[1:]:  # a tuned value the trainer refuses fails here, naming the arm
+            try:
+                load_run_config(None, plan.run_overrides(arm, budget_ints[0], seeds[0], 1e-3, "unused", setting))
+            except UserError as e:
+                raise type(e)(f"arm {arm.label!r}: {e}") from e
         cfg = load_run_config(
             None, plan.run_overrides(arm, budget_ints[0], seeds[0], plan.centre_lr(arm), out="unused")
         )

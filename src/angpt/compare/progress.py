@@ -14,11 +14,15 @@ from angpt.compare.store import RunSpec, load_record
 def token_counts(plan: Plan, report_dir: Path) -> tuple[int, int]:
     """(total, done): the tokens of the whole plan, and of its runs finished in an earlier invocation.
 
-    The total is the sweep grids plus every main run (the sweep's best run doubles as one); grid extensions are
+    The total is the sweep grids plus every main run (a sweep's best run doubles as one); grid extensions are
     added as they happen (:meth:`Progress.add_total`).
     """
-    total = sum(len(plan.initial_grid(a)) * plan.sweep_budget for a in plan.arms)
-    total += len(plan.arms) * (sum(plan.budgets) * len(plan.seeds) - plan.sweep_budget)
+    total = 0
+    for a in plan.arms:
+        for b in plan.budgets:
+            total += b * len(plan.seeds)
+            if plan.tunes_at(a, b):
+                total += b * (len(plan.initial_grid(a)) * len(a.settings()) - 1)
     done = 0
     for rec_path in (report_dir / "runs").glob("*/*/*/*/result.json"):
         budget = int(rec_path.parts[-4])

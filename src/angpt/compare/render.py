@@ -6,7 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.plan import Plan, format_lr, format_tokens
+from angpt.compare.analyse import bounds_text, chosen_settings
+from angpt.compare.plan import Plan, format_lr, format_setting, format_tokens
 
 
 def _fmt(x: float | None, nd: int = 4) -> str:
@@ -23,6 +24,10 @@ def _pm(m: float | None, s: float | None, nd: int = 4) -> str:
     return f"{m:.{nd}f} ± {s:.{nd}f}" if s is not None else f"{m:.{nd}f}"
 
 
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-4 else "<1e-4"
+
+
 def _reach_cell(d: dict) -> str:
     st = d["status"]
     if st == "exact":
@@ -32,6 +37,23 @@ def _reach_cell(d: dict) -> str:
     if st == "below_range":
         return f"≤ {format_tokens(d['tokens_needed'])} (below range) → ≥ {d['speedup']:.2f}x"
     return f"> {format_tokens(d['tokens_needed'])} (not reached) → < {d['speedup']:.2f}x"
+
+
+def _diff_cell(row: dict[str, Any]) -> str:
+    """'-0.0520 [-0.0810, -0.0230], p=0.012 (W 0.031)': the paired mean difference, its 95% CI and both p-values."""
+    d = row.get("difference") or {}
+    if d.get("mean_diff") is None:
+        return "–"
+    text = f"{d['mean_diff']:+.4f}"
+    if d.get("note"):
+        return f"{text}, {d['note']}"
+    paired, welch = d.get("paired"), d.get("welch")
+    if paired:
+        lo, hi = paired["ci95"]
+        text += f" [{lo:+.4f}, {hi:+.4f}], p={_p(paired['p'])}"
+    if welch:
+        text += f" (Welch p={_p(welch['p'])})"
+    return text
 
 
 def clean_json(x: Any) -> Any:
@@ -49,7 +71,9 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     """report.md: verdicts, warnings, the tables, provenance and how to read them."""
     arms, base = report["arms"], plan.baseline
     mach, ds = report["machine"], report["dataset"]
-    lines = [f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base})", ""]
+    hz = report.get("horizon") or {}
+    smoke = " — smoke test, not evidence" if hz.get("short") else ""
+    lines = [f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}", ""]
     lines += [
         f"- date: {mach['date']}",
         f"- command: `{report['command']}`",
@@ -67,16 +91,39 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         f"- budgets: {', '.join(format_tokens(b) for b in plan.budgets)} tokens (each a full run with its own cosine "
         f"schedule); seeds {', '.join(map(str, plan.seeds))} (same init seed and data order for every arm)",
     ]
+    if hz:
+        lines.append(
+            f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
+            f"per parameter ({hz['params']:,} parameters of {hz['arm']}, embeddings included; "
+            f"{hz['params_non_embedding']:,} without)" + (": a smoke test" if hz["short"] else "")
+        )
     if plan.settings:
         lines.append(f"- settings for every arm: {', '.join(f'{k}={v}' for k, v in plan.settings.items())}")
-    lines += ["", "## Verdict", ""]
+    jm = report.get("jobs_measurement")
+    if jm:
+        cands = ", ".join(f"{c['jobs']}x{c['threads']}: {c['tokens_per_s']:,.0f} tok/s" for c in jm["candidates"])
+        lines.append(
+            f"- --jobs auto: measured jobs x threads on {jm['arm']} ({jm['steps']} steps each): {cands}; chose "
+            f"{jm['jobs']}x{jm['threads']} (one short measurement on a shared machine: noisy)"
+        )
+    lines += ["", "## Verdict" + (" (smoke test, not evidence)" if hz.get("short") else ""), ""]
+    if hz.get("short"):
+        lines += [f"**{hz['message']}.**", ""]
+    lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
+    lines += [
+        f"Each line leads with the arm's final loss minus {base}'s at the largest budget, with its 95% interval "
+        f"and {lead}.",
+        "",
+    ]
     lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
     if report["warnings"]:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
 
     head = "| arm | lr | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |"
     sep = "|---|---|" + "---|" * len(plan.budgets)
-    lines += ["", "## Final validation loss (nats/token, mean ± std over seeds)", "", head, sep]
+    n_seeds = len(plan.seeds)
+    spread = "mean ± std over seeds" if n_seeds > 1 else "one seed"
+    lines += ["", f"## Final validation loss (nats/token, {spread})", "", head, sep]
     for label, e in arms.items():
         cells = []
         for r in e["budgets"]:
@@ -84,11 +131,26 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             if r["diverged"]:
                 c += f" ({r['diverged']} diverged)"
             cells.append(c)
-        lines.append(f"| {label} | {format_lr(e['lr']) if e['lr'] else '–'} | " + " | ".join(cells) + " |")
-    lines += ["", "## Validation bits per byte (mean ± std over seeds)", "", head, sep]
+        lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
+    lines += ["", f"## Validation bits per byte ({spread})", "", head, sep]
     for label, e in arms.items():
         cells = [_pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
-        lines.append(f"| {label} | {format_lr(e['lr']) if e['lr'] else '–'} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
+
+    tuned = [label for label, e in arms.items() if e.get("tune")]
+    if tuned:
+        lines += [
+            "",
+            "## Re-tuned arms: the setting chosen at each budget",
+            "",
+            "Swept at every budget (seed "
+            + str(plan.sweep_seed)
+            + ") over LR x "
+            + " x ".join(sorted({k for lab in tuned for k in arms[lab]["tune"]}))
+            + "; the setting with the lowest final validation loss there is used for every seed of that budget.",
+            "",
+        ]
+        lines += [f"- {label}: {chosen_settings(plan, arms[label])}" for label in tuned]
 
     others = [lab for lab in arms if lab != base]
     if others:
@@ -96,8 +158,18 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"## Final loss against {base}",
             "",
-            f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better), and "
-            "Welch's t-test p-value (two-sided) over seeds.",
+            f"Mean over seeds of the per-seed difference L_arm - L_{base} (negative: the arm is better), its 95% "
+            "confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: init and data "
+            "order), with Welch's unequal-variance p beside it.",
+            "",
+            "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
+            "|---|" + "---|" * len(plan.budgets),
+        ]
+        for label in others:
+            lines.append(f"| {label} | " + " | ".join(_diff_cell(r) for r in arms[label]["budgets"]) + " |")
+        lines += [
+            "",
+            f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better):",
             "",
             "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
             "|---|" + "---|" * len(plan.budgets),
@@ -106,8 +178,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             cells = []
             for r in arms[label]["budgets"]:
                 rel = r.get("rel_improvement_pct")
-                w = r.get("welch")
-                cells.append(("–" if rel is None else f"{rel:+.2f}%") + (f", p={w['p']:.2g}" if w else ", p n/a"))
+                cells.append("–" if rel is None else f"{rel:+.2f}%")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
         lines += [
@@ -116,23 +187,30 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
             "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "
-            "then averaged over i; the table gives mean ± std over seeds. Points outside the arm's budget range are "
-            "bounds (≥: below range, <: not reached), never averaged in"
-            + (" unless extrapolated (--extrapolate)." if plan.extrapolate else "."),
+            f"then averaged over i ({spread}). Points outside the arm's budget range are bounds "
+            "(≥: below range, <: not reached), never averaged in"
+            + (" unless extrapolated (--extrapolate)" if plan.extrapolate else "")
+            + ". The mean is a speedup only when no point was left out in the arm's favour (none not reached) and "
+            f"the arm's loss at the largest budget is not above {base}'s; otherwise it is shown as not established.",
             "",
-            "| arm | speedup (mean ± std over seeds) | points used | on seed-mean curves |",
-            "|---|---|---|---|",
+            "| arm | speedup | points measured | bounds (left out) | on seed-mean curves |",
+            "|---|---|---|---|---|",
         ]
         for label in others:
             sp = arms[label].get("speedup")
             if not sp:
-                lines.append(f"| {label} | – | – | – |")
+                lines.append(f"| {label} | – | – | – | – |")
                 continue
-            val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else _bound_text(sp)
+            val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
+            if not sp["established"]:
+                val = f"not established ({sp['why_not']})" + (
+                    f"; measured points alone: {val}" if sp["mean"] is not None else ""
+                )
             om = sp.get("of_seed_means") or {}
             omv = f"{om['mean']:.2f}x" if om.get("mean") is not None else "–"
             used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
-            lines.append(f"| {label} | {val} | {used}/{sp['n_comparisons']} | {omv} |")
+            bounds = bounds_text(sp) or "none"
+            lines.append(f"| {label} | {val} | {used}/{sp['n_comparisons']} | {bounds} | {omv} |")
         lines += ["", "Per budget and seed (tokens the arm needs → speedup):", ""]
         lines += [
             "| arm | seed | " + " | ".join(f"D={format_tokens(b)}" for b in plan.budgets) + " |",
@@ -144,6 +222,23 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 by_b = {d["budget"]: d for d in blk["per_budget"]}
                 cells = [_reach_cell(by_b[b]) if b in by_b else "–" for b in plan.budgets]
                 lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+
+    lines += [
+        "",
+        "## Training stability at the chosen LR",
+        "",
+        "The largest pre-clip gradient norm of each arm's runs against that run's median (flagged above 100x), and "
+        "loss spikes (a training loss above 1.5x the running mean of the losses before it).",
+        "",
+        "| arm | largest grad norm | x its run's median | where | loss spikes | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, e in arms.items():
+        st = e["stability"]
+        ratio = f"{st['ratio']:.1f}" if st.get("ratio") is not None else "–"
+        top = f"{st['max_grad_norm']:.3g}" if st.get("max_grad_norm") is not None else "–"
+        flag = "**unstable**" if st["unstable"] else ""
+        lines.append(f"| {label} | {top} | {ratio} | {st.get('where', '–')} | {st['loss_spikes']} | {flag} |")
 
     lines += [
         "",
@@ -162,17 +257,19 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
 
     lines += [
         "",
-        f"## Learning-rate sweeps ({format_tokens(plan.sweep_budget)} tokens, seed {plan.sweep_seed})",
+        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
         "",
-        "| arm | lr | final val loss | |",
-        "|---|---|---|---|",
+        "| arm | tokens | lr | setting | final val loss | |",
+        "|---|---|---|---|---|---|",
     ]
     for label, e in arms.items():
-        sw = e["sweep"]
-        for row in sw["rows"]:
-            mark = "best" if row["lr"] == sw["best_lr"] else ""
-            loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
-            lines.append(f"| {label} | {format_lr(row['lr'])} | {loss} | {mark} |")
+        for sw in e["sweeps"]:
+            for row in sw["rows"]:
+                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
+                setting = format_setting(tuple(row["setting"].items())) or "–"
+                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
+                lines.append("| " + " | ".join(cells) + " |")
 
     if plots:
         lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
@@ -182,6 +279,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         "",
         "- Every arm saw the same tokens in the same order (same dataset, batch, sequence length and seeds), with "
         "parameters in fp32 and no run stopped early; each arm's peak LR comes from its own sweep.",
+        "- The verdict leads with the difference in final loss at the largest budget: the paired test uses each "
+        "seed's difference, which removes the noise the arms share (same init seed, same data order).",
         "- A speedup is measured only between budgets that were trained; a loss outside that range is reported as "
         "a bound. Step times are this machine's, with these jobs running side by side.",
         "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
@@ -192,10 +291,10 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     return "\n".join(lines)
 
 
-def _bound_text(sp: dict) -> str:
-    parts = []
-    if sp.get("n_below_range"):
-        parts.append(f"≥ {sp['lower_bound']:.2f}x (below range)")
-    if sp.get("n_not_reached"):
-        parts.append(f"< {sp['upper_bound']:.2f}x (not reached)")
-    return "; ".join(parts) or "–"
+def _lr_cell(e: dict[str, Any]) -> str:
+    lrs = {r["lr"] for r in e["budgets"] if r["lr"] is not None}
+    if not lrs:
+        return "–"
+    if e.get("tune"):
+        return "per budget"
+    return format_lr(next(iter(lrs)))

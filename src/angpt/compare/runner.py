@@ -7,17 +7,46 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from angpt.compare._worker import INTERRUPTED_EXIT
 from angpt.compare.plan import Plan
 from angpt.compare.progress import Progress
 from angpt.compare.stats import median
-from angpt.compare.store import RESULT_FILE, RunSpec, load_record, read_rows, write_json
+from angpt.compare.store import RESULT_FILE, RunSpec, load_record, read_rows, run_health, write_json
 from angpt.errors import UserError
 
-INTERRUPTED_EXIT = 130  # a worker whose run was interrupted by a signal (its checkpoint is saved)
+
+class ComparisonInterrupted(KeyboardInterrupt):
+    """A comparison stopped by SIGINT or SIGTERM after its running jobs saved; re-running resumes it."""
+
+    def __init__(self, signum: int = signal.SIGINT, what: str = "") -> None:
+        super().__init__(what or signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+class TerminateAsInterrupt:
+    """While active, SIGTERM stops the comparison as Ctrl-C does (a ComparisonInterrupted), not abruptly.
+
+    A training run inside replaces the handler with its own (save, then stop) and restores it after.
+    """
+
+    def __enter__(self):
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise ComparisonInterrupted(signum)
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
 
 
 def cpu_cores() -> int:
@@ -38,7 +67,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     from angpt.train.loop import TrainingError, train
 
     arm = plan.arm(spec.arm)
-    out = plan.run_dir(report_dir, arm, spec.budget, spec.seed, spec.lr)
+    out = spec.run_dir(plan, report_dir)
     steps = plan.steps(spec.budget)
     done = load_record(out, steps)
     if done is not None:
@@ -47,7 +76,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         # Ours, crashed before its first checkpoint: nothing to resume, and train() refuses a directory that
         # holds metrics without a checkpoint. Start it afresh.
         shutil.rmtree(out)
-    cfg = load_run_config(None, plan.run_overrides(arm, spec.budget, spec.seed, spec.lr, out))
+    cfg = load_run_config(None, plan.run_overrides(arm, spec.budget, spec.seed, spec.lr, out, spec.setting))
     cfg.train.progress = False  # the comparison has one progress bar over the whole plan
     t0 = time.time()
     record: dict[str, Any] = {
@@ -56,6 +85,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         "budget": spec.budget,
         "seed": spec.seed,
         "lr": spec.lr,
+        "setting": dict(spec.setting),
         "steps": steps,
         "tokens": spec.budget,
     }
@@ -67,7 +97,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         write_json(out / RESULT_FILE, record)
         return record
     if result.status != "finished":
-        return {**record, "status": "interrupted"}
+        return {**record, "status": "interrupted", "signal": result.signal}
     rows = read_rows(out)
     last = rows[-1] if rows else {}
     if last.get("step") != steps or "val_loss" not in last:
@@ -80,6 +110,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         train_loss=last.get("loss"),
         step_time_median=median(step_times),
         wall_s=time.time() - t0,
+        **run_health(rows),
     )
     write_json(out / RESULT_FILE, record)
     return record
@@ -92,7 +123,7 @@ def worker_command(report_dir: Path, spec: RunSpec, threads: int) -> list[str]:
         "-m",
         "angpt.compare._worker",
         str(report_dir),
-        json.dumps([spec.arm, spec.budget, spec.seed, spec.lr]),
+        json.dumps([spec.arm, spec.budget, spec.seed, spec.lr, [list(kv) for kv in spec.setting]]),
         str(threads),
     ]
 
@@ -106,7 +137,7 @@ class Runner:
         self.trained: list[RunSpec] = []  # runs this invocation actually trained (not skipped)
 
     def _dir(self, spec: RunSpec) -> Path:
-        return self.plan.run_dir(self.report_dir, self.plan.arm(spec.arm), spec.budget, spec.seed, spec.lr)
+        return spec.run_dir(self.plan, self.report_dir)
 
     def known(self, spec: RunSpec) -> dict[str, Any] | None:
         if spec.key() not in self.records:
@@ -116,7 +147,7 @@ class Runner:
         return self.records.get(spec.key())
 
     def run(self, specs: list[RunSpec]) -> None:
-        """Run every spec not already done; KeyboardInterrupt after saving if a run was interrupted."""
+        """Run every spec not already done, in order; ComparisonInterrupted after saving if a run was interrupted."""
         todo = [s for s in dict.fromkeys(specs) if self.known(s) is None]
         if not todo:
             return
@@ -140,8 +171,11 @@ class Runner:
     def _run_pool(self, todo: list[RunSpec]) -> None:
         """Up to `jobs` worker processes at a time, each `python -m angpt.compare._worker` for one run.
 
-        Plain subprocesses rather than multiprocessing: no re-import of the caller's __main__ (spawn), no fork
-        of a process that has run torch, and Ctrl-C reaches every worker, whose train() saves and exits.
+        Plain subprocesses rather than multiprocessing: no re-import of the caller's __main__ (spawn) and no fork
+        of a process that has run torch. Each worker has its own session, so a terminal's Ctrl-C reaches only
+        this process; SIGINT or SIGTERM here is passed on to every running worker (as SIGINT: its train() saves a
+        checkpoint and exits), no new one starts, and once they have exited the comparison stops
+        (ComparisonInterrupted); re-running resumes it.
         """
         import subprocess
 
@@ -151,10 +185,19 @@ class Runner:
         env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
         queue = list(todo)
         running: dict[subprocess.Popen, tuple[RunSpec, Path]] = {}
-        interrupted = False
+        received: list[int] = []  # signals that arrived here
+        told: set[subprocess.Popen] = set()  # workers sent SIGINT
+        interrupted: int | None = None  # a worker stopped by a signal (not one sent from here)
+
+        def note(signum, frame):  # never raises: the loop below reacts, between two polls
+            received.append(signum)
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while queue or running:
-                while queue and len(running) < self.jobs and not interrupted:
+                while queue and len(running) < self.jobs and not received and interrupted is None:
                     spec = queue.pop(0)
                     log = logs / ("_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts) + ".log")
                     with open(log, "w") as fh:
@@ -165,18 +208,22 @@ class Runner:
                             stderr=subprocess.STDOUT,
                             env=env,
                             text=True,
+                            start_new_session=True,
                         )
                     proc.stdin.write(plan_json)  # type: ignore[union-attr]
                     proc.stdin.close()  # type: ignore[union-attr]
                     running[proc] = (spec, log)
                     self.progress.start(self._dir(spec), spec)
-                if not queue and not running:
-                    break
-                time.sleep(0.2)
+                if received:
+                    for proc in running:
+                        if proc not in told and proc.poll() is None:
+                            proc.send_signal(signal.SIGINT)
+                            told.add(proc)
+                time.sleep(0.1)
                 for proc in [p for p in running if p.poll() is not None]:
                     spec, log = running.pop(proc)
                     if proc.returncode == INTERRUPTED_EXIT:
-                        interrupted = True
+                        interrupted = interrupted or signal.SIGINT
                         self.progress.finish(self._dir(spec), 0)
                         continue
                     if proc.returncode != 0:
@@ -187,21 +234,22 @@ class Runner:
                     if rec is None:
                         raise UserError(f"run {spec.name()} exited without a result (log: {log})")
                     self._record(spec, rec)
-                if interrupted and not running:
+                if (received or interrupted is not None) and not running:
                     break
-        except KeyboardInterrupt:
-            # The workers got the same SIGINT: those training save a checkpoint and exit. Wait for them.
-            print("\ninterrupted: letting running jobs save a checkpoint...", file=sys.stderr)
-            self._stop(running, signal_them=False)
-            raise
-        if interrupted:
-            raise KeyboardInterrupt("a run was interrupted")
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        if received or interrupted is not None:
+            if received:
+                name = signal.Signals(received[0]).name
+                print(f"\n{name} received: the running jobs saved a checkpoint and stopped", file=sys.stderr)
+            raise ComparisonInterrupted(received[0] if received else interrupted)  # type: ignore[arg-type]
 
     @staticmethod
-    def _stop(running: dict, signal_them: bool = True, timeout: float = 120.0) -> None:
+    def _stop(running: dict, timeout: float = 120.0) -> None:
         """Stop our worker processes: SIGINT (they save a checkpoint), then wait; kill only the stragglers."""
         for proc in running:
-            if signal_them and proc.poll() is None:
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
         deadline = time.time() + timeout
         for proc in running:
@@ -214,7 +262,7 @@ class Runner:
     def _record(self, spec: RunSpec, rec: dict[str, Any]) -> None:
         self.progress.finish(self._dir(spec), spec.budget if rec.get("status") != "interrupted" else 0)
         if rec.get("status") == "interrupted":
-            raise KeyboardInterrupt(f"{spec.name()} interrupted")
+            raise ComparisonInterrupted(rec.get("signal") or signal.SIGINT, f"{spec.name()} interrupted")
         if not rec.pop("skipped", False):
             self.trained.append(spec)
         self.records[spec.key()] = rec

@@ -1,4 +1,5 @@
-"""The numbers behind `angpt compare`: Welch's t-test and the token-budget speedup of docs/protocol.md.
+"""The numbers behind `angpt compare`: paired and Welch t-tests with 95% intervals, loss spikes, and the
+token-budget speedup of docs/protocol.md.
 
 Pure Python (``math`` only): scipy is optional for this package, and the few functions needed are short.
 """
@@ -34,7 +35,7 @@ def median(xs: Sequence[float]) -> float | None:
     return s[k] if len(s) % 2 else 0.5 * (s[k - 1] + s[k])
 
 
-# ------------------------------------------------------------------------------------------- Welch test
+# ------------------------------------------------------------------------------------------------ t tests
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -90,18 +91,93 @@ def t_sf_two_sided(t: float, df: float) -> float:
     return min(1.0, betainc(0.5 * df, 0.5, df / (df + t * t)))
 
 
-@dataclass
-class WelchResult:
-    """Welch's unequal-variance t-test of mean(a) - mean(b)."""
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t with `df` degrees of freedom (the inverse of its CDF), for 0 < q < 1.
 
+    Found by bisection on :func:`t_sf_two_sided` (monotone in |t|) to ~1e-12 relative: scipy is not needed.
+    """
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"t_quantile needs 0 < q < 1 (got {q})")
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive (got {df})")
+    if q == 0.5:
+        return 0.0
+    target = 2.0 * min(q, 1.0 - q)  # the two-sided tail mass beyond |t|
+    lo, hi = 0.0, 1.0
+    while t_sf_two_sided(hi, df) > target:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_sf_two_sided(mid, df) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    t = 0.5 * (lo + hi)
+    return t if q > 0.5 else -t
+
+
+@dataclass
+class TTest:
+    """A two-sided t-test of a mean difference, with its 95% confidence interval.
+
+    kind "paired": the mean of per-pair differences a_i - b_i (df = n - 1); "welch": mean(a) - mean(b) of two
+    independent samples (Welch–Satterthwaite df). `n` is the number of pairs (paired) or min(len(a), len(b)).
+    """
+
+    kind: str
+    mean_diff: float
+    se: float
     t: float
     df: float
     p: float
-    mean_diff: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "mean_diff": self.mean_diff,
+            "se": self.se,
+            "t": self.t,
+            "df": self.df,
+            "p": self.p,
+            "ci95": [self.ci_low, self.ci_high],
+            "n": self.n,
+        }
 
 
-def welch_ttest(a: Sequence[float], b: Sequence[float]) -> WelchResult | None:
-    """Welch's t-test (two-sided) of two independent samples; None when it is undefined.
+WelchResult = TTest  # the name this result had when Welch's was the only test
+
+
+def _ttest(kind: str, diff: float, se: float, df: float, n: int) -> TTest:
+    half = t_quantile(0.975, df) * se
+    t = diff / se
+    return TTest(kind, diff, se, t, df, t_sf_two_sided(t, df), diff - half, diff + half, n)
+
+
+def paired_ttest(a: Sequence[float], b: Sequence[float]) -> TTest | None:
+    """The paired t-test (two-sided) of a_i - b_i over pairs i, with a 95% interval; None when it is undefined.
+
+    docs/protocol.md#paired-statistics: every arm shares the seeds (init and data order), so seed i's difference
+    removes that seed's common noise. Undefined: fewer than two pairs, a non-finite value, or differences that do
+    not vary (no standard error).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_ttest needs equally long samples (got {len(a)} and {len(b)})")
+    d = [float(x) - float(y) for x, y in zip(a, b)]
+    if len(d) < 2 or not all(math.isfinite(x) for x in d):
+        return None
+    se = std(d) / math.sqrt(len(d))  # type: ignore[operator]
+    if se == 0.0:
+        return None
+    return _ttest("paired", sum(d) / len(d), se, len(d) - 1, len(d))
+
+
+def welch_ttest(a: Sequence[float], b: Sequence[float]) -> TTest | None:
+    """Welch's t-test (two-sided) of two independent samples, with a 95% interval; None when it is undefined.
 
     Undefined means fewer than two values in a sample, or zero variance in both (then no t exists).
     """
@@ -114,10 +190,28 @@ def welch_ttest(a: Sequence[float], b: Sequence[float]) -> WelchResult | None:
     se2 = sa + sb
     if se2 == 0.0:
         return None
-    t = (ma - mb) / math.sqrt(se2)
     # Welch–Satterthwaite: the df of a t variable whose variance is the sum of two scaled chi-squares.
     df = se2 * se2 / (sa * sa / (len(a) - 1) + sb * sb / (len(b) - 1))
-    return WelchResult(t=t, df=df, p=t_sf_two_sided(t, df), mean_diff=ma - mb)
+    return _ttest("welch", ma - mb, math.sqrt(se2), df, min(len(a), len(b)))
+
+
+# ------------------------------------------------------------------------------------------- stability
+
+
+def loss_spikes(losses: Sequence[float], factor: float, warmup: int = 10, decay: float = 0.9) -> list[int]:
+    """Indices of the losses above `factor` x the running mean (an EMA) of the losses before them.
+
+    The rule of the trainer's spike stop (train.spike_factor, train/loop.py SpikeDetector), applied after the
+    fact: the first `warmup` losses only start the mean, and a spike does not enter it.
+    """
+    out: list[int] = []
+    avg: float | None = None
+    for i, x in enumerate(losses):
+        if avg is not None and i >= warmup and x > factor * avg:
+            out.append(i)
+            continue
+        avg = x if avg is None else decay * avg + (1 - decay) * x
+    return out
 
 
 # --------------------------------------------------------------------------------------------- speedup

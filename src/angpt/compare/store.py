@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.plan import Plan, format_lr, format_tokens
+from angpt.compare.plan import Plan, Setting, format_lr, format_setting, format_tokens
+from angpt.compare.stats import loss_spikes, median
 from angpt.errors import UserError
 from angpt.lock import DirLock
 
@@ -28,12 +29,17 @@ class RunSpec:
     budget: int
     seed: int
     lr: float
+    setting: Setting = ()  # the tuned train settings of a tuned arm's run
 
-    def key(self) -> tuple[str, int, int, float]:
-        return (self.arm, self.budget, self.seed, self.lr)
+    def key(self) -> tuple[str, int, int, float, Setting]:
+        return (self.arm, self.budget, self.seed, self.lr, self.setting)
 
     def name(self) -> str:
-        return f"{self.arm} {format_tokens(self.budget)} seed{self.seed} lr{format_lr(self.lr)}"
+        extra = f" {format_setting(self.setting)}" if self.setting else ""
+        return f"{self.arm} {format_tokens(self.budget)} seed{self.seed} lr{format_lr(self.lr)}{extra}"
+
+    def run_dir(self, plan: Plan, report_dir: Path) -> Path:
+        return plan.run_dir(report_dir, plan.arm(self.arm), self.budget, self.seed, self.lr, self.setting)
 
 
 # ------------------------------------------------------------------------------------------ run records
@@ -66,6 +72,27 @@ def load_record(run_dir: Path, steps: int) -> dict[str, Any] | None:
     return rec
 
 
+# A loss above this multiple of its running mean is a spike (the trainer's rule, train.spike_factor). Losses of
+# a healthy run fluctuate by a few per cent from batch to batch; 1.5x is a jump no batch explains.
+SPIKE_FACTOR = 1.5
+
+
+def run_health(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's stability from its metrics rows: the largest pre-clip gradient norm (and its step), the median
+    one, and the steps whose training loss spiked (above SPIKE_FACTOR x the running mean of the losses before)."""
+    norms = [(r["grad_norm"], r["step"]) for r in rows if isinstance(r.get("grad_norm"), (int, float))]
+    losses = [(r["loss"], r["step"]) for r in rows if isinstance(r.get("loss"), (int, float))]
+    top = max(norms, default=None)
+    spikes = [losses[i][1] for i in loss_spikes([x for x, _ in losses], SPIKE_FACTOR)]
+    return {
+        "max_grad_norm": top[0] if top else None,
+        "max_grad_norm_step": top[1] if top else None,
+        "median_grad_norm": median([x for x, _ in norms]),
+        "loss_spikes": len(spikes),
+        "loss_spike_steps": spikes[:20],
+    }
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as indented JSON, atomically: a crash leaves the old file or the new one."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -74,8 +101,11 @@ def write_json(path: Path, data: Any) -> None:
 
 
 # -------------------------------------------------------------------------------------- report dir check
-def check_report_dir(plan: Plan, report_dir: Path) -> bool:
-    """UserError unless `report_dir` is new, empty, or holds this same plan. True when it holds this plan."""
+def check_report_dir(plan: Plan, report_dir: Path) -> list[str] | None:
+    """UserError unless `report_dir` is new, empty, or holds this plan or one it extends (Plan.shared_identity).
+
+    Returns None for a new (or empty) directory, else how this plan changes the stored one: [] for the same.
+    """
     path = report_dir / PLAN_FILE
     if path.is_file():
         try:
@@ -86,20 +116,29 @@ def check_report_dir(plan: Plan, report_dir: Path) -> bool:
         try:
             theirs = Plan.from_dict(stored).identity()
         except (TypeError, KeyError, AttributeError):  # written by another angpt version: compare the raw keys
-            theirs = {k: v for k, v in stored.items() if k not in ("data", "device", "extrapolate")}
-        if theirs != mine:
+            theirs = dict(stored)
+        labels = {a.label for a in plan.arms} & {a.get("label") for a in theirs.get("arms", [])}
+        shared_mine, shared_theirs = Plan.shared_identity(mine, labels), Plan.shared_identity(theirs, labels)
+        if shared_mine != shared_theirs:
             raise UserError(
-                f"{report_dir} holds a different comparison ({_difference(theirs, mine)}); "
-                "use another --out, or repeat that comparison's options"
+                f"{report_dir} holds a different comparison ({_difference(shared_theirs, shared_mine)}); "
+                "use another --out, or repeat that comparison's options (arms, budgets and seeds may change)"
             )
-        return True
+        changes = []
+        for key in ("arms", "budgets", "seeds"):
+            old, new = theirs.get(key), mine[key]
+            if key == "arms":
+                old, new = [a.get("label") for a in old or []], [a["label"] for a in new]
+            if old != new:
+                changes.append(f"{key} {_short(old)} -> {_short(new)}")
+        return changes
     if report_dir.exists() and (not report_dir.is_dir() or any(p.name != ".lock" for p in report_dir.iterdir())):
         raise UserError(f"{report_dir} exists and is not an angpt compare report (no {PLAN_FILE}); use another --out")
-    return False
+    return None
 
 
 def _difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
-    """The first differing plan key, said briefly ("seeds: [0, 1] there, [0, 1, 2] here")."""
+    """The first differing plan key, said briefly ("eval_batches: 2 there, 3 here")."""
     key = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "?")
     a, b = theirs.get(key), mine.get(key)
     if key == "arms" and isinstance(a, list) and isinstance(b, list):
@@ -121,5 +160,3 @@ def _short(value: Any) -> str:
 def report_lock(report_dir: Path) -> DirLock:
     """REPORT/.lock while a comparison runs: two comparisons writing one report would corrupt it."""
     return DirLock(report_dir, "angpt compare")
-
-    return True

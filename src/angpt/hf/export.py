@@ -9,7 +9,16 @@ What each architecture becomes (``format="auto"``):
 * nGPT and anGPT -> folded (``angpt.fold_for_inference``) into the self-contained ``AngptFoldedForCausalLM``
   (hf/modeling_angpt.py, copied beside the weights; ``config.json`` carries an ``auto_map``), loadable with
   ``trust_remote_code=True`` where angpt is not installed, and without it once :func:`register` has run.
-* DyT has no transformers equivalent and no folded class: exporting it is a UserError.
+* Any model with LAUREL (``model.laurel``) -> the same folded class: GPT+ / GPT / LN-scaling with LAUREL as its
+  "prenorm" form (pre-norms kept, LAUREL's weights folded in), anGPT with LAUREL's terms in its update.
+* GPT+ with weight normalisation (gpt+wn) -> folded first (``FoldedGPT.fold``: each ``W = g V/||V||`` computed
+  into a plain weight), then the native Qwen3 checkpoint of that GPT+; with LAUREL, the folded class as above.
+* TokenFormer (registry export kind "custom") -> its own ``TokenformerForCausalLM`` (hf/modeling_tokenformer.py,
+  copied beside the weights with modeling_angpt.py, whose helpers it imports), written by the module the registry
+  entry names (``hf_module``: hf/tokenformer.py); loadable like the folded class.
+* DyT and scaled cosine attention (gpt+cos) have no transformers equivalent and no folded class: exporting them,
+  with or without LAUREL, is a UserError.
+* The frozen-alpha controls (``ngpt_frozen_alpha``, ``angpt_frozen_alpha``) export as their base architecture.
 
 An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
 (our marker: format, arch and the full angpt config), and, with a tokenizer, ``tokenizer.json``,
@@ -23,6 +32,7 @@ the previous export back. Files the user added to the folder are never touched.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -35,7 +45,7 @@ import torch
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.models import GPT, FoldedLM, ModelConfig, fold_for_inference, registry, unwrap
 
-FORMATS = ("auto", "qwen3", "llama", "folded")
+FORMATS = ("auto", "qwen3", "llama", "folded", "custom")
 DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -54,6 +64,7 @@ EXPORT_FILES = (
     "generation_config.json",
     MARKER,
     MODELING_FILE,
+    "modeling_tokenformer.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -63,10 +74,11 @@ EXPORT_FILES = (
 
 # ---------------------------------------------------------------------------------------------- registration
 def register() -> None:
-    """Register the folded classes with AutoConfig / AutoModelForCausalLM (idempotent).
+    """Register the folded classes, and each custom export's (TokenFormer), with AutoConfig / AutoModelForCausalLM
+    (idempotent).
 
-    After this, ``AutoModelForCausalLM.from_pretrained(export)`` loads a folded nGPT / anGPT export without
-    ``trust_remote_code`` (transformers prefers registered local code to the copied modelling file).
+    After this, ``AutoModelForCausalLM.from_pretrained(export)`` loads a folded nGPT / anGPT export or a custom one
+    without ``trust_remote_code`` (transformers prefers registered local code to the copied modelling file).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -74,25 +86,37 @@ def register() -> None:
 
     AutoConfig.register(MODEL_TYPE, AngptFoldedConfig, exist_ok=True)
     AutoModelForCausalLM.register(AngptFoldedConfig, AngptFoldedForCausalLM, exist_ok=True)
+    for spec in registry.ARCHITECTURES.values():
+        if spec.hf_module is not None:
+            importlib.import_module(spec.hf_module).register()
 
 
 # ---------------------------------------------------------------------------------------------------- export
 def resolve_format(cfg: ModelConfig, format: str = "auto") -> str:
-    """The export format of a model config: "qwen3", "llama" or "folded" (raises UserError when impossible)."""
+    """The export format of a model config: "qwen3", "llama", "folded" or "custom" (UserError when impossible)."""
     if format not in FORMATS:
         raise UserError(f"unknown export format {format!r}; use one of: {', '.join(FORMATS)}")
-    if registry.get(cfg.arch).export == "folded":
-        natural = "folded"
+    if registry.get(cfg.arch).export in ("folded", "custom"):
+        natural = registry.get(cfg.arch).export
     elif cfg.norm == "dyt":
         raise UserError(
             "DyT models have no Hugging Face equivalent (tanh in place of RMSNorm) and cannot be exported; "
             "export a GPT+ (norm=rmsnorm) or an nGPT / anGPT model"
         )
+    elif cfg.attention == "cosine":
+        raise UserError(
+            f"export is not supported for {cfg.arch} (model.attention=cosine): scaled cosine attention has a learned "
+            "temperature per head, which transformers' Qwen3 / Llama cannot express; export a GPT+ (attention=dot)"
+        )
+    elif cfg.laurel_parts:  # Qwen3 and Llama have no LAUREL: GPT+ with it is our folded class's "prenorm" form
+        natural = "folded"
     else:
         natural = "qwen3" if cfg.qk_norm else "llama"
     if format != "auto" and format != natural:
-        raise UserError(f"a {cfg.arch} model (qk_norm={cfg.qk_norm}) exports as {natural!r}, not {format!r}")
-    if natural != "folded" and cfg.softmax_scale is not None and abs(cfg.softmax_scale - cfg.head_dim**-0.5) > 1e-12:
+        why = f" (qk_norm={cfg.qk_norm})" if natural in ("qwen3", "llama") else ""
+        raise UserError(f"a {cfg.arch} model{why} exports as {natural!r}, not {format!r}")
+    native = natural in ("qwen3", "llama")
+    if native and cfg.softmax_scale is not None and abs(cfg.softmax_scale - cfg.head_dim**-0.5) > 1e-12:
         raise UserError(f"{natural} uses the softmax scale 1/sqrt(head_dim); unset model.softmax_scale to export")
     return natural
 
@@ -107,8 +131,8 @@ def export_hf(
 ) -> Path:
     """Write `model` (and `tokenizer`, an angpt Tokenizer) as a Hugging Face checkpoint folder; returns its path.
 
-    `format` is "auto" (by architecture, see the module docstring) or one of "qwen3", "llama", "folded", which
-    must then match the architecture. `dtype` ("float32", "bfloat16", "float16") is the stored weight dtype.
+    `format` is "auto" (by architecture, see the module docstring) or one of "qwen3", "llama", "folded", "custom",
+    which must then match the architecture. `dtype` ("float32", "bfloat16", "float16") is the stored weight dtype.
     `out_dir` must be missing, empty, or a previous export; anything else is a UserError. Over a previous export
     the export's own files are replaced and any other file in the folder is left as it is.
     """
@@ -128,8 +152,11 @@ def export_hf(
     try:
         if fmt == "folded":
             sd, hf_config = _folded_files(base, cfg, tmp)
-        else:
-            sd, hf_config = _gpt_files(base, cfg, fmt)
+        elif fmt == "custom":
+            sd, hf_config = importlib.import_module(registry.get(cfg.arch).hf_module).export_files(base, tmp)
+        else:  # the GPT family's fold: gpt+wn into a plain GPT+; GPT+ and GPT have nothing to fold (an fp32 copy)
+            plain = fold_for_inference(base)
+            sd, hf_config = _gpt_files(plain, plain.config, fmt)
         eos = tokenizer.eos_id if tokenizer is not None else None
         if eos is not None:
             hf_config.eos_token_id = hf_config.pad_token_id = hf_config.bos_token_id = eos
@@ -260,7 +287,7 @@ def _gpt_files(model: GPT, cfg: ModelConfig, fmt: str):
 
 
 def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
-    """Folded state dict and AngptFoldedConfig of an nGPT / anGPT model; copies the modelling file into `tmp`."""
+    """Folded state dict and AngptFoldedConfig of an nGPT / anGPT / LAUREL model; copies the modelling file in."""
     from angpt.hf import modeling_angpt
 
     folded = model if isinstance(model, FoldedLM) else fold_for_inference(model)
@@ -277,6 +304,11 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
         qk_unit=folded.blocks[0].q_gain is not None,
         position_scale=folded.has_att_scale,
         hidden_act=cfg.activation,
+        qk_norm=folded.blocks[0].q_norm is not None,
+        norm_eps=cfg.norm_eps,
+        softmax_scale=folded.blocks[0].scale,
+        laurel_rank=cfg.laurel_rank if "lr" in cfg.laurel_parts else 0,
+        laurel_pa_depth=cfg.laurel_pa_depth if "pa" in cfg.laurel_parts else 0,
     )
     hf_config.architectures = ["AngptFoldedForCausalLM"]
     stem = Path(MODELING_FILE).stem

@@ -1,4 +1,5 @@
-"""Folded nGPT / anGPT as Hugging Face transformers classes (self-contained: imports only torch and transformers).
+"""Folded nGPT / anGPT (and GPT+ with LAUREL) as Hugging Face transformers classes (self-contained: imports only
+torch and transformers).
 
 `angpt.hf.export.export_hf` copies this file beside the weights of an exported nGPT or anGPT, and config.json's
 `auto_map` points at it, so that
@@ -15,6 +16,11 @@ in the weights, and the parameter names are FoldedLM's, so its state dict loads 
     anGPT: h = r_A * h + W_p o;                  h = r_M * h + W_d (u * silu(z)),  [u; z] = W_uz h
     nGPT:  h = Norm(r_A * h + b_A * Norm(W_p o)); h = Norm(r_M * h + b_M * Norm(W_d (u * silu(z))))
     logits = W_out h
+
+GPT+ with LAUREL ("prenorm") is the Qwen3 block with anGPT's update: h = r_A * h + Attn(RMSNorm(h)) (QK-norm: RMSNorm
+of q, k before RoPE, the usual softmax scale), then the MLP likewise, and a final RMSNorm before W_out. With LAUREL
+(angpt/models/laurel.py) each update adds B A h + sum_j gamma_j * x_{i-j}, where x_i is the input of residual
+connection i (2l: layer l's attention, 2l + 1: its MLP) and gamma_j a vector per channel.
 
 Positions come from `position_ids` (what `generate` derives from the attention mask), so a left-padded row sees
 the same RoPE angles and the same per-position factor c[t] as when it is run alone.
@@ -39,9 +45,12 @@ MODEL_TYPE = "angpt_folded"
 class AngptFoldedConfig(PretrainedConfig):
     """Shape and form of a folded model.
 
-    `residual` is "normalized" (h = Norm(r h + b Norm(x)) after each sub-layer x: nGPT) or "scaled"
-    (h = r h + x: anGPT); `qk_unit` says whether q and k are normalised per head; `position_scale` whether attention
-    outputs carry a per-position factor (anGPT's nu_att); `arch` only records what was exported.
+    `residual` is "normalized" (h = Norm(r h + b Norm(x)) after each sub-layer x: nGPT), "scaled"
+    (h = r h + x: anGPT) or "prenorm" (h = r h + x with x = f(RMSNorm(h)): GPT+); `qk_unit` says whether q and k are
+    normalised per head, `qk_norm` whether they get a per-head RMSNorm (GPT+); `position_scale` whether attention
+    outputs carry a per-position factor (anGPT's nu_att); `softmax_scale` is SDPA's scale (1 where it is folded into
+    q's gain); `laurel_rank` and `laurel_pa_depth` are LAUREL's rank and depth (0: that part is off); `arch` only
+    records what was exported.
     """
 
     model_type = MODEL_TYPE
@@ -61,6 +70,11 @@ class AngptFoldedConfig(PretrainedConfig):
         qk_unit: bool = True,
         position_scale: bool = False,
         hidden_act: str = "silu",
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        softmax_scale: float = 1.0,
+        laurel_rank: int = 0,
+        laurel_pa_depth: int = 0,
         tie_word_embeddings: bool = False,
         use_cache: bool = True,
         **kwargs,
@@ -83,6 +97,11 @@ class AngptFoldedConfig(PretrainedConfig):
         self.qk_unit = bool(qk_unit)
         self.position_scale = bool(position_scale)
         self.hidden_act = hidden_act
+        self.qk_norm = bool(qk_norm)
+        self.norm_eps = float(norm_eps)
+        self.softmax_scale = float(softmax_scale)
+        self.laurel_rank = int(laurel_rank)
+        self.laurel_pa_depth = int(laurel_pa_depth)
         self.use_cache = use_cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
@@ -99,7 +118,73 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+def rope_tables(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B, 1, T, d_h] at `position_ids` [B, T]: the same float64 angles as angpt's RoPE buffer, computed
+    per call (no non-persistent buffers to restore)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=position_ids.device) / head_dim)
+    )
+    angles = position_ids.to(torch.float64)[..., None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, d_h]
+    return angles.cos().float(), angles.sin().float()
+
+
+def attention_mask_for(attention_mask, past: int, T: int, device) -> tuple[torch.Tensor | None, bool]:
+    """(mask, is_causal) for SDPA over `past` cached and T new positions, from the usual 2D [B, past + T] mask of
+    1 (token) / 0 (padding) or a 4D one.
+
+    A boolean mask [B, 1, T, past + T] (True = attend) only where one is needed: with padding, or when the queries
+    do not start at key 0 (SDPA's is_causal aligns top-left, we need bottom-right).
+    """
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 2 and bool((attention_mask == 0).any()):
+        keys = attention_mask[:, : past + T].bool()
+        causal = torch.arange(past + T, device=device)[None] <= torch.arange(past, past + T, device=device)[:, None]
+        return causal[None, None] & keys[:, None, None, :], False
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+        return (attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0), False
+    if past == 0:
+        return None, T > 1
+    if T > 1:
+        causal = torch.arange(past + T, device=device)[None] <= torch.arange(past, past + T, device=device)[:, None]
+        return causal[None, None], False
+    return None, False
+
+
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable gain, computed in fp32 (as angpt's and Qwen3's)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight.to(x.dtype)
+
+
+class Laurel(nn.Module):
+    """LAUREL's terms in a residual update (folded): B A h + sum_{j=1..min(i,k)} gamma_j * x_{i-j}; stores x_i = h."""
+
+    def __init__(self, config: AngptFoldedConfig, index: int) -> None:
+        super().__init__()
+        d, r, k = config.hidden_size, config.laurel_rank, config.laurel_pa_depth
+        self.index, self.pa = index, k > 0
+        self.A = nn.Parameter(torch.zeros(r, d)) if r else None
+        self.B = nn.Parameter(torch.zeros(d, r)) if r else None
+        n = min(index, k)  # connection i < k has only i earlier states (connection 0 none)
+        self.gamma = nn.Parameter(torch.zeros(n, d)) if n else None
+
+    def forward(self, h: torch.Tensor, states: dict) -> torch.Tensor:
+        out = 0 if self.A is None else F.linear(F.linear(h, self.A), self.B).to(h.dtype)
+        if self.pa:
+            states[self.index] = h
+        if self.gamma is not None:
+            gamma = self.gamma.to(h.dtype)
+            out = out + sum(g * states[self.index - j] for j, g in enumerate(gamma, start=1))
+        return out
 
 
 class AngptFoldedBlock(nn.Module):
@@ -109,89 +194,91 @@ class AngptFoldedBlock(nn.Module):
         super().__init__()
         d, dff, H = config.hidden_size, config.intermediate_size, config.num_attention_heads
         self.layer_idx, self.n_heads, self.d_ff = layer_idx, H, dff
+        self.scale = config.softmax_scale
         self.act = ACTIVATIONS[config.hidden_act]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
         self.up = nn.Linear(d, 2 * dff, bias=False)  # [u; z]: value branch, then gate
         self.down = nn.Linear(dff, d, bias=False)
         self.q_gain = nn.Parameter(torch.ones(H, 1, d // H)) if config.qk_unit else None
+        self.q_norm = RMSNorm(d // H, config.norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(d // H, config.norm_eps) if config.qk_norm else None
         self.res_A = nn.Parameter(torch.ones(d))
         self.res_M = nn.Parameter(torch.ones(d))
+        laurel = config.laurel_rank or config.laurel_pa_depth
+        self.laurel_A = Laurel(config, 2 * layer_idx) if laurel else None
+        self.laurel_M = Laurel(config, 2 * layer_idx + 1) if laurel else None
 
-    def _update(self, h, x, res, branch):
+    def _update(self, h, x, res, branch, laurel, states):
         raise NotImplementedError
 
-    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache):
-        B, T, _ = h.shape
-        q, k, v = self.qkv(h).view(B, T, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)
+    def attention(self, x, cos, sin, mask, is_causal, att_scale, cache):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         if self.q_gain is not None:
-            q, k = self.q_gain.to(h.dtype) * _unit(q), _unit(k)
+            q, k = self.q_gain.to(x.dtype) * _unit(q), _unit(k)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=1.0)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale)
         if att_scale is not None:
             o = o * att_scale.to(o.dtype)
-        h = self._update(h, self.proj(o.transpose(1, 2).reshape(B, T, -1)), self.res_A, self.branch_A)
-        u, z = self.up(h).split(self.d_ff, dim=-1)
-        return self._update(h, self.down(u * self.act(z)), self.res_M, self.branch_M)
+        return self.proj(o.transpose(1, 2).reshape(B, T, -1))
+
+    def mlp(self, x):
+        u, z = self.up(x).split(self.d_ff, dim=-1)
+        return self.down(u * self.act(z))
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache, states):
+        x = self.attention(h, cos, sin, mask, is_causal, att_scale, cache)
+        h = self._update(h, x, self.res_A, self.branch_A, self.laurel_A, states)
+        return self._update(h, self.mlp(h), self.res_M, self.branch_M, self.laurel_M, states)
 
 
 class ScaledResidualBlock(AngptFoldedBlock):
-    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows)."""
+    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows), plus LAUREL's terms."""
 
     branch_A = branch_M = None
 
-    def _update(self, h, x, res, branch):
-        return torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))
+    def _update(self, h, x, res, branch, laurel, states):
+        out = torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))
+        return out if laurel is None else out + laurel(h, states)
+
+
+class PreNormBlock(ScaledResidualBlock):
+    """GPT+ with LAUREL: the scaled update after each sub-layer of RMSNorm(h)."""
+
+    def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.attn_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.norm_eps)
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache, states):
+        x = self.attention(self.attn_norm(h), cos, sin, mask, is_causal, att_scale, cache)
+        h = self._update(h, x, self.res_A, self.branch_A, self.laurel_A, states)
+        return self._update(h, self.mlp(self.mlp_norm(h)), self.res_M, self.branch_M, self.laurel_M, states)
 
 
 class NormalizedResidualBlock(AngptFoldedBlock):
-    """nGPT: h = Norm(r h + b Norm(x)), its exact norms kept."""
+    """nGPT: h = Norm(r h + b Norm(x)), its exact norms kept (no LAUREL)."""
 
     def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx)
         self.branch_A = nn.Parameter(torch.ones(config.hidden_size))
         self.branch_M = nn.Parameter(torch.ones(config.hidden_size))
 
-    def _update(self, h, x, res, branch):
+    def _update(self, h, x, res, branch, laurel, states):
         return _unit(torch.addcmul(h * res.to(h.dtype), _unit(x.to(h.dtype)), branch.to(h.dtype)))
 
 
-BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock}
+BLOCKS = {"scaled": ScaledResidualBlock, "normalized": NormalizedResidualBlock, "prenorm": PreNormBlock}
 
 
-class AngptFoldedPreTrainedModel(PreTrainedModel):
-    config_class = AngptFoldedConfig
-    base_model_prefix = "angpt"
-    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _supports_sdpa = True
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        # Exported weights always come with the checkpoint; this only gives fresh models (from_config) sane values.
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, 0.02)
-        elif isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, 0.02)
-
-
-class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
-    """Folded nGPT / anGPT language model with a Hugging Face `Cache` (DynamicCache) for `generate`."""
-
-    def __init__(self, config: AngptFoldedConfig) -> None:
-        super().__init__(config)
-        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        block = BLOCKS[config.residual]
-        self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.position_scale:
-            # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
-            self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
-        else:
-            self.att_scale = None
-        self.post_init()
+class CausalLMSeams:
+    """What our causal-LM classes share with transformers' conventions: embedding accessors (`embed`, `lm_head`),
+    the inputs of a forward (cache, positions, mask, RoPE tables) and its output (kept logits, shifted loss)."""
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embed
@@ -205,34 +292,11 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
 
-    def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Same float64 angles as angpt's RoPE buffer, computed per call (no non-persistent buffers to restore).
-        dh = self.config.head_dim
-        inv_freq = 1.0 / (
-            self.config.rope_theta ** (torch.arange(0, dh, 2, dtype=torch.float64, device=position_ids.device) / dh)
-        )
-        angles = position_ids.to(torch.float64)[..., None] * inv_freq
-        angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, d_h]
-        return angles.cos().float(), angles.sin().float()
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values=None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """Logits [B, T, V], and the next-token loss when `labels` are given (`causal_lm_loss`: transformers'
-        convention, labels shifted here, -100 ignored; `num_items_in_batch` and `shift_labels` are honoured).
+    def prepare_forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache):
+        """(h, cache or None, position_ids [B, T], (mask, is_causal), (cos, sin)) for one forward.
 
         `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
-        past .. past + T - 1.
+        past .. past + T - 1; a DynamicCache is made when `use_cache` and none is given.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -254,41 +318,87 @@ class AngptFoldedForCausalLM(AngptFoldedPreTrainedModel, GenerationMixin):
                 f"{self.config.max_position_embeddings} this model was trained for"
             )
         position_ids = position_ids.expand(B, T) if position_ids.shape[0] == 1 else position_ids
+        masks = attention_mask_for(attention_mask, past, T, h.device)
+        return h, cache, position_ids, masks, rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
 
-        # Boolean mask [B, 1, T, past + T] (True = attend) only where one is needed: with padding, or when the
-        # queries do not start at key 0 (SDPA's is_causal aligns top-left, we need bottom-right).
-        mask, is_causal = None, False
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 2 and bool((attention_mask == 0).any()):
-            keys = attention_mask[:, : past + T].bool()
-            causal = (
-                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
-            )
-            mask = causal[None, None] & keys[:, None, None, :]
-        elif isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
-            mask = attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
-        elif past == 0:
-            is_causal = T > 1
-        elif T > 1:
-            causal = (
-                torch.arange(past + T, device=h.device)[None] <= torch.arange(past, past + T, device=h.device)[:, None]
-            )
-            mask = causal[None, None]
-
-        cos, sin = self._rope_tables(position_ids)
-        att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
-        for block in self.blocks:
-            h = block(h, cos, sin, mask, is_causal, att_scale, cache)
-
+    @staticmethod
+    def output(h, head, logits_to_keep, labels, cache, kwargs) -> CausalLMOutputWithPast:
+        """Logits `head(h)` at the kept positions, and the loss against `labels` (`causal_lm_loss`)."""
         if isinstance(logits_to_keep, int):
-            h_out = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
+            h = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
         else:
-            h_out = h[:, logits_to_keep]
-        logits = self.lm_head(h_out)
+            h = h[:, logits_to_keep]
+        logits = head(h)
         loss = None
         if labels is not None:
             n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
             loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+
+
+class AngptFoldedPreTrainedModel(PreTrainedModel):
+    config_class = AngptFoldedConfig
+    base_model_prefix = "angpt"
+    _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock", "PreNormBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        # Exported weights always come with the checkpoint; this only gives fresh models (from_config) sane values.
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, 0.02)
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 0.02)
+
+
+class AngptFoldedForCausalLM(CausalLMSeams, AngptFoldedPreTrainedModel, GenerationMixin):
+    """Folded nGPT / anGPT (or GPT+ with LAUREL) language model with a Hugging Face `Cache` for `generate`."""
+
+    def __init__(self, config: AngptFoldedConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        block = BLOCKS[config.residual]
+        self.blocks = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.final_norm = RMSNorm(config.hidden_size, config.norm_eps) if config.residual == "prenorm" else None
+        if config.position_scale:
+            # anGPT's per-position attention factor nu_att[t] (a checkpoint tensor, since it may be calibrated)
+            self.register_buffer("att_scale", torch.ones(config.max_position_embeddings, 1))
+        else:
+            self.att_scale = None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Logits [B, T, V], and the next-token loss when `labels` are given (`causal_lm_loss`: transformers'
+        convention, labels shifted here, -100 ignored; `num_items_in_batch` and `shift_labels` are honoured).
+
+        `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
+        past .. past + T - 1.
+        """
+        h, cache, position_ids, (mask, is_causal), (cos, sin) = self.prepare_forward(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+        )
+        att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
+        states: dict = {}  # LAUREL-PA: the input of every residual connection so far, in this forward
+        for block in self.blocks:
+            h = block(h, cos, sin, mask, is_causal, att_scale, cache, states)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+
+        return self.output(h, self.lm_head, logits_to_keep, labels, cache, kwargs)
 
 
 def causal_lm_loss(

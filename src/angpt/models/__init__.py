@@ -20,9 +20,11 @@ from angpt.models.registry import (
     build_model,
     describe_constants,
     fold_for_inference,
+    grow,
     make_config,
     model_from_config,
 )
+from angpt.models.tokenformer import TokenFormer
 
 
 @torch.no_grad()
@@ -64,6 +66,7 @@ __all__ = [
     "ModelConfig",
     "NGPT",
     "PRESETS",
+    "TokenFormer",
     "angpt_constants",
     "apply_constraints",
     "attach_constraints",
@@ -71,6 +74,7 @@ __all__ = [
     "calibrate_nu_att",
     "describe_constants",
     "fold_for_inference",
+    "grow",
     "inspect_norms",
     "make_config",
     "model_from_config",

@@ -14,6 +14,7 @@ from torch import nn
 from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
+from angpt.models.laurel import ApproxLaurel, connection
 from angpt.models.layers import ACTIVATIONS, Scale, attend, merge_heads, scaled_linear, split_heads, unit_qk
 from angpt.models.ngpt import SphereLM, _alpha
 
@@ -27,6 +28,17 @@ def approx_residual(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, nu_w
     """
     n = nu_lerp(alpha)
     return torch.addcmul(scaled_linear(x, weight, n * alpha * nu_w).to(h.dtype), h, (n * (1 - alpha)).to(h.dtype))
+
+
+class ApproxResidual(nn.Module):
+    """anGPT's residual update as a connection object (`approx_residual`); LAUREL's is models/laurel.py's."""
+
+    def forward(self, h, x, weight, nu_w, alpha, ctx) -> torch.Tensor:
+        return approx_residual(h, x, weight, nu_w, alpha)
+
+    def factors(self, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(nu, c_h, c_A) of h <- nu (c_A h_A + c_h h), as ApproxLaurel.factors: (nu(a), 1 - a, a)."""
+        return nu_lerp(alpha), 1 - alpha, alpha
 
 
 class ANGPTBlock(Block):
@@ -51,6 +63,9 @@ class ANGPTBlock(Block):
 
         self.alpha_A = _alpha(cfg)
         self.alpha_M = _alpha(cfg)
+        # the residual updates: approx_residual, or with LAUREL's terms (models/laurel.py)
+        self.residual_A = connection(cfg, 2 * layer, ApproxResidual, ApproxLaurel)
+        self.residual_M = connection(cfg, 2 * layer + 1, ApproxResidual, ApproxLaurel)
 
     def uz_rows(self) -> torch.Tensor:
         """[nu_uz] * d_ff for u's rows, then nu_uz c_z for z's rows."""
@@ -75,7 +90,7 @@ class ANGPTBlock(Block):
         # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h))
         if self.recorder is not None:
             self.record(attn_out=o, h_A=scaled_linear(merge_heads(o), self.proj.weight, nu.nu_p))
-        h = approx_residual(h, merge_heads(o), self.proj.weight, nu.nu_p, self.alpha_A())
+        h = self.residual_A(h, merge_heads(o), self.proj.weight, nu.nu_p, self.alpha_A(), ctx)
         # u = nu_uz W_u h;  z = nu_uz c_z W_z h
         u, z = scaled_linear(h, self.up.weight, self.uz_rows()).split(self.d_ff, dim=-1)
         # m = nu_act u silu(z);  h_M = nu_d W_d m = (nu_d nu_act) W_d (u silu(z))
@@ -83,13 +98,15 @@ class ANGPTBlock(Block):
         if self.recorder is not None:
             self.record(h_M=scaled_linear(m, self.down.weight, nu.nu_act * nu.nu_d))
         # h = nu(a_M) (h + a_M (h_M - h))
-        h = approx_residual(h, m, self.down.weight, nu.nu_act * nu.nu_d, self.alpha_M())
+        h = self.residual_M(h, m, self.down.weight, nu.nu_act * nu.nu_d, self.alpha_M(), ctx)
         self.record(h=h)
         return h
 
 
 class ANGPT(SphereLM):
     weight_constraint = "bounded"
+    # LAUREL's A, B are not constrained: not unit maps (docs/architectures.md#laurel)
+    controls = SphereLM.controls | {"laurel"}
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -100,6 +117,7 @@ class ANGPT(SphereLM):
         # (needed for `calibrated`; harmless otherwise).
         self.register_buffer("nu_att", self.nu.nu_att.clone())
         self.reset_parameters()
+        self.freeze_controls()
 
     @property
     def att_scale(self) -> torch.Tensor:
@@ -113,6 +131,32 @@ class ANGPT(SphereLM):
         for b in self.blocks:
             rows += [(b.qkv.weight, 1), (b.proj.weight, 1), (b.up.weight, 1), (b.down.weight, 1)]
         return {self.constraint_of(self.config): rows}
+
+
+def calibration_step(cfg: ModelConfig, max_steps: int) -> int | None:
+    """The step after which a `calibrated` run measures nu_att (None for the other nu_att choices)."""
+    if cfg.nu_att != "calibrated":
+        return None
+    return min(max_steps - 1, int(cfg.nu_att_calibrate_at * max_steps))
+
+
+def calibrate_during_training(model: ANGPT, step: int, max_steps: int, batches) -> str | None:
+    """The training recipe's hook for nu_att = "calibrated" (registry `before_step`).
+
+    Called before every optimizer step with the number of steps done; once `model.nu_att_calibrate_at` of the run
+    has passed, measures nu_att on `batches(n)` (n training batches the trainer draws apart from its own stream, the
+    same on every rank) and freezes it: the persistent `nu_att` buffer carries it into checkpoints, so a resumed
+    run neither loses it nor measures it again.
+    """
+    if step != calibration_step(model.config, max_steps):
+        return None
+    was_training = model.training
+    model.eval()
+    try:
+        nu_att = calibrate_nu_att(model, batches(model.config.nu_att_calibrate_batches))
+    finally:
+        model.train(was_training)
+    return f"nu_att calibrated at step {step}: {float(nu_att[0]):.3f} at position 1 .. {float(nu_att[-1]):.3f} at T"
 
 
 @torch.no_grad()

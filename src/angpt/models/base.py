@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ class Context:
     cache: KVCache | None
     att_scale: torch.Tensor | None = None  # anGPT's per-position attention factor, [T_max, 1]
     offsets: torch.Tensor | None = None  # [B] left padding per row (from the cache): positions shift back by it
+    states: dict[int, torch.Tensor] = field(default_factory=dict)  # LAUREL-PA: residual connection i -> its input
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         """RoPE at this forward's positions."""
@@ -52,16 +53,21 @@ class LanguageModel(nn.Module):
     """Token embedding -> blocks -> logits. Subclasses build `blocks` and implement `logits(h)`.
 
     Class attributes state what follows from the equations: `unit_qk` (q and k have unit norm, so the default
-    softmax scale is sqrt(d_h) rather than 1/sqrt(d_h)) and `weight_constraint`, the row constraint after every
-    optimizer step unless the config names another. Under bf16 autocast the residual stream keeps the parameters'
-    dtype (fp32) and each block casts its branch outputs to it explicitly (CPU and CUDA autocast differ in how they
-    promote mixed operands).
+    softmax scale is sqrt(d_h) rather than 1/sqrt(d_h)), `weight_constraint`, the row constraint after every
+    optimizer step unless the config names another, and `controls`, the control options it implements. Under bf16
+    autocast the residual stream keeps the parameters' dtype (fp32) and each block casts its branch outputs to it
+    explicitly (CPU and CUDA autocast differ in how they promote mixed operands).
     """
 
     blocks: nn.ModuleList
     unit_qk: bool = False
     weight_constraint: str = "none"
+    controls: frozenset[str] = frozenset()  # the control options (config.CONTROLS) this model implements
     checkpoint_blocks: bool = False  # recompute each block in backward (set by train.dist.parallelize)
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Raise a one-line ConfigError for option combinations this model cannot build (none by default)."""
 
     @classmethod
     def default_softmax_scale(cls, cfg: ModelConfig) -> float:
@@ -74,6 +80,7 @@ class LanguageModel(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.check_config(config)
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.rope = RoPE(config.head_dim, config.context_length, config.rope_theta)

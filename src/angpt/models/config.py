@@ -22,6 +22,22 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "gate_scale": ("fixed", "learnable"),
     "weight_constraint": ("auto", "unit", "bounded", "none"),
     "activation": ("silu", "gelu"),
+    "attention": ("dot", "cosine"),
+    "pattention": ("l2_norm_gelu", "softmax"),
+    "laurel": ("none", "rw", "lr", "pa", "rw+lr", "rw+lr+pa"),
+    "laurel_rw_shape": ("scalar", "vector"),
+    "laurel_rw_bound": ("softmax", "sigmoid"),
+}
+
+# The review's controls (docs/architectures.md#controls) and LAUREL (#laurel), each with its "off" value. An
+# architecture implements a subset (its model class's `controls`); setting one that it does not implement is a
+# ConfigError (registry.check_config), never silently ignored.
+CONTROLS: dict[str, Any] = {
+    "weight_norm": False,
+    "attention": "dot",
+    "freeze_alpha": False,
+    "freeze_scales": False,
+    "laurel": "none",
 }
 
 
@@ -66,8 +82,37 @@ class ModelConfig:
     qk_norm_mode: str = "exact"
     nu_att: str = "dense"
     gate_scale: str = "fixed"
+    # nu_att = "calibrated": measured on training data once this fraction of the run has passed, then frozen.
+    nu_att_calibrate_at: float = 0.05
+    nu_att_calibrate_batches: int = 8
     mc_samples: int = 1 << 20
     mc_seed: int = 0
+
+    # Controls (docs/architectures.md#controls; off by default). GPT family: weight normalisation of every linear
+    # map (gpt+wn) and scaled cosine attention with a learned per-head tau (gpt+cos; initial tau: Swin v2's 0.1).
+    # nGPT / anGPT: alpha_A, alpha_M (freeze_alpha) or every learned scale (freeze_scales) fixed at init.
+    weight_norm: bool = False
+    attention: str = "dot"
+    cos_tau_init: float = 0.1
+    freeze_alpha: bool = False
+    freeze_scales: bool = False
+
+    # TokenFormer (docs/architectures.md#tokenformer): the key-value parameter tokens of each Pattention. The FFN's
+    # count is d_ff (None -> 4 d_model). Theta's sqrt(n) uses a stored n, so that growth preserves the function.
+    pattention: str = "l2_norm_gelu"  # Theta: GeLU(A sqrt(n) / ||A||), or softmax(A) * n
+    param_tokens: int | None = None  # tokens of the Q, K, V and output Pattentions; None -> d_model
+    norm_tokens: int | None = None  # the n in Theta of those; None -> param_tokens (growth keeps the old value)
+    ffn_norm_tokens: int | None = None  # the n in Theta of the FFN Pattention; None -> d_ff
+    frozen_tokens: int = 0  # leading tokens of each Q, K, V, output Pattention not trained (grown with freeze_old)
+    frozen_ffn_tokens: int = 0  # the same for the FFN Pattention
+
+    # LAUREL on every residual connection (docs/architectures.md#laurel; GPT+ family and anGPT): its parts
+    # rw (residual weights), lr (low rank, rank laurel_rank), pa (previous activations, depth laurel_pa_depth).
+    laurel: str = "none"
+    laurel_rank: int = 32
+    laurel_pa_depth: int = 3
+    laurel_rw_shape: str = "scalar"  # (alpha, beta) per connection, or one pair per channel ("vector", in R^d)
+    laurel_rw_bound: str = "softmax"  # (alpha, beta) = 2 softmax(w); "sigmoid": 2 sigmoid(w) each
 
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -83,6 +128,24 @@ class ModelConfig:
     def ffn_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
+    @property
+    def attn_tokens(self) -> int:
+        """TokenFormer: key-value tokens of each Q, K, V and output Pattention."""
+        return self.param_tokens if self.param_tokens is not None else self.d_model
+
+    def pattention_sizes(self, ffn: bool) -> tuple[int, int, int]:
+        """TokenFormer: (tokens, the n of Theta's normalisation, frozen leading tokens) of one Pattention."""
+        if ffn:
+            norm = self.ffn_norm_tokens if self.ffn_norm_tokens is not None else self.ffn_dim
+            return self.ffn_dim, norm, self.frozen_ffn_tokens
+        norm = self.norm_tokens if self.norm_tokens is not None else self.attn_tokens
+        return self.attn_tokens, norm, self.frozen_tokens
+
+    @property
+    def laurel_parts(self) -> frozenset[str]:
+        """The LAUREL parts switched on: a subset of {"rw", "lr", "pa"} (empty for "none")."""
+        return frozenset() if self.laurel == "none" else frozenset(self.laurel.split("+"))
+
     def scale_or_default(self, value: float | None) -> float:
         """A reparameterisation scale, where None means 1/sqrt(d_model)."""
         return value if value is not None else 1.0 / math.sqrt(self.d_model)
@@ -95,16 +158,49 @@ class ModelConfig:
                 raise ConfigError(
                     f"model.{name}={value!r} is not a valid choice; use one of: {', '.join(map(str, choices))}"
                 )
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "context_length", "mc_samples"):
+        if not isinstance(self.nu_att_calibrate_at, (int, float)) or not 0 <= self.nu_att_calibrate_at < 1:
+            raise ConfigError(
+                f"model.nu_att_calibrate_at={self.nu_att_calibrate_at!r} must be a fraction of the run in [0, 1)"
+            )
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "context_length",
+            "mc_samples",
+            "nu_att_calibrate_batches",
+            "laurel_rank",
+            "laurel_pa_depth",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive integer")
         if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
             raise ConfigError(f"model.d_ff={self.d_ff!r} must be a positive integer (or null for 4 * d_model)")
+        for name in ("param_tokens", "norm_tokens", "ffn_norm_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"model.{name}={value!r} must be a positive integer (or null for the default)")
+        for name, total, count in (
+            ("frozen_tokens", self.attn_tokens, "param_tokens"),
+            ("frozen_ffn_tokens", self.ffn_dim, "d_ff"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < total:
+                raise ConfigError(
+                    f"model.{name}={value!r} must be an integer in [0, {total}): fewer than the {total} tokens "
+                    f"(model.{count}), so that some stay trainable"
+                )
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 f"choose n_heads dividing d_model (e.g. {_divisor_hint(self.d_model, self.n_heads)})"
+            )
+        if "lr" in self.laurel_parts and self.laurel_rank > self.d_model:
+            raise ConfigError(
+                f"model.laurel_rank={self.laurel_rank} exceeds model.d_model={self.d_model}; "
+                "choose a rank between 1 and d_model (LAUREL uses 32-64)"
             )
         if self.head_dim % 2:
             raise ConfigError(
@@ -118,6 +214,12 @@ class ModelConfig:
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive number")
+        for name in ("qk_norm", "weight_norm", "freeze_alpha", "freeze_scales"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name}={getattr(self, name)!r} must be true or false")
+        tau = self.cos_tau_init
+        if not isinstance(tau, (int, float)) or isinstance(tau, bool) or not (0.01 <= tau < math.inf):
+            raise ConfigError(f"model.cos_tau_init={tau!r} must be a number >= 0.01 (tau is clamped at 0.01)")
         for name in ("alpha_init", "s_qk_init", "s_uz_init", "s_z_init"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):

@@ -46,9 +46,10 @@ def attention_constants(mode: str, seq_len: int, head_dim: int, logit_scale: flo
     coordinate of a random unit vector, i.e. 2B - 1 with B ~ Beta((d_h-1)/2, (d_h-1)/2). Prefix sums over j then
     give every position t from one draw of T logits.
     """
-    t = torch.arange(1, seq_len + 1, dtype=torch.float64)
+    # on the CPU whatever device a model is built under (a meta-device build must not put meta tensors in the cache)
+    t = torch.arange(1, seq_len + 1, dtype=torch.float64, device="cpu")
     if mode == "none":
-        return torch.ones(seq_len)
+        return torch.ones(seq_len, device="cpu")
     if mode == "sqrt_pos":
         return t.sqrt().float()
     rng = np.random.default_rng(seed)

@@ -168,6 +168,68 @@ class Scale(nn.Module):
         return f"shape={tuple(self.param.shape)}, init={self.init:g}, scale={self.scale:g}, abs={self.absolute}"
 
 
+# --------------------------------------------------------------------------------------- control layers
+class WNLinear(nn.Module):
+    """A bias-free linear map with weight normalisation (Salimans and Kingma 2016, arXiv 1602.07868, eq. 2).
+
+    Each row of the effective weight (one output unit's input weights, [out, in] layout) is `W_i = g_i V_i /
+    ||V_i||`: the direction `v` and the length `g` are separate parameters. `weight` is that effective W,
+    computed from them on every read, so code that reads a linear map's `.weight` (export, inspection) sees the
+    map itself; write through `v` and `g`. The norm is taken in fp32 whatever the storage dtype.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.v = nn.Parameter(torch.empty(out_features, in_features))
+        self.g = nn.Parameter(torch.ones(out_features))
+        # nn.Linear's default init (the model overwrites it): it also draws what nn.Linear draws, so a model built
+        # with WNLinear in place of nn.Linear consumes the random stream alike and, seeded alike, starts alike.
+        nn.init.kaiming_uniform_(self.v, a=math.sqrt(5))
+        self.match_gain()
+
+    @property
+    def weight(self) -> torch.Tensor:
+        v = self.v.float()
+        return (v * (self.g.float() / torch.linalg.vector_norm(v, dim=1)).unsqueeze(1)).to(self.v.dtype)
+
+    @torch.no_grad()
+    def match_gain(self) -> None:
+        """g = ||V|| per row, so that the effective W equals V (the init of the same map without normalisation)."""
+        self.g.copy_(torch.linalg.vector_norm(self.v.float(), dim=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, W = g * V / ||V|| per row"
+
+
+def stored_matrix(linear: nn.Module) -> nn.Parameter:
+    """The parameter a linear map keeps its matrix in: V of a weight-normalised map, else its weight."""
+    return linear.v if isinstance(linear, WNLinear) else linear.weight
+
+
+COS_TAU_MIN = 0.01  # Swin v2 (Liu et al. 2022, arXiv 2111.09883, eq. 2): "tau is set larger than 0.01"
+
+
+class CosineLogitScale(nn.Module):
+    """1/tau of scaled cosine attention (Swin v2): one learned temperature per head, tau >= COS_TAU_MIN.
+
+    Stored as Swin v2's code stores it, the log of the inverse, `logit_scale = log(1/tau)` (a vector [H], so no
+    weight decay), clamped at log(1/COS_TAU_MIN) before the exp. Init `tau_init` (Swin v2: 0.1, logit scale 10).
+    """
+
+    def __init__(self, n_heads: int, tau_init: float) -> None:
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.full((n_heads,), math.log(1.0 / tau_init)))
+        self.max_log = math.log(1.0 / COS_TAU_MIN)
+
+    def forward(self) -> torch.Tensor:
+        """1/tau per head, [H]; at most 1/COS_TAU_MIN (gradient zero where clamped, as in Swin v2)."""
+        return self.logit_scale.clamp(max=self.max_log).exp()
+
+
 # ------------------------------------------------------------------------------------------------- init
 @torch.no_grad()
 def init_unit_rows(weight: torch.Tensor, dim: int = 1) -> None:

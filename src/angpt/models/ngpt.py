@@ -73,9 +73,11 @@ class NGPTBlock(Block):
 
 
 class SphereLM(LanguageModel):
-    """What nGPT and anGPT share: an LM head scaled by the learned s_z, and unit-row init of every matrix."""
+    """What nGPT and anGPT share: an LM head scaled by the learned s_z, unit-row init of every matrix, and the
+    frozen-scale controls."""
 
     unit_qk = True
+    controls = frozenset({"freeze_alpha", "freeze_scales"})
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -87,6 +89,20 @@ class SphereLM(LanguageModel):
         for weights in self.constraint_groups().values():
             for w, dim in weights:
                 init_unit_rows(w, dim)
+
+    def freeze_controls(self) -> None:
+        """The frozen eigen learning rates control (docs/architectures.md#controls): alpha_A, alpha_M
+        (`freeze_alpha`) or every learned scale (`freeze_scales`) stays at its init. The parameters stay in the
+        state dict (checkpoints, folding and export are unchanged); with requires_grad off the optimizer skips them.
+        """
+        if self.config.freeze_scales:
+            frozen = [m for m in self.modules() if isinstance(m, Scale)]
+        elif self.config.freeze_alpha:
+            frozen = [a for b in self.blocks for a in (b.alpha_A, b.alpha_M)]
+        else:
+            frozen = []
+        for scale in frozen:
+            scale.param.requires_grad_(False)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         # logits = s_z * (W_out h); no final norm
@@ -101,6 +117,7 @@ class NGPT(SphereLM):
         scale = self.default_softmax_scale(config)
         self.blocks = nn.ModuleList(NGPTBlock(config, i, scale) for i in range(config.n_layers))
         self.reset_parameters()
+        self.freeze_controls()
 
     def constraint_groups(self) -> dict[str, list[tuple[torch.Tensor, int]]]:
         # Every matrix is normalised along its d-sized dimension: the input for embedding, head, W_qkv and

@@ -1,13 +1,17 @@
 """Everything about each architecture, in one place (as torchtitan's TrainSpec and litgpt's name_to_config do).
 
 An entry names the model class, the config defaults it applies over a preset, the optimizer recipe with its
-default learning rate, the constants report, inference folding and the Hugging Face export kind. The weight
+default learning rate, the constants report, inference folding, growth and the Hugging Face export kind. The weight
 constraint and the default softmax scale follow from the model's equations and are class attributes of the model
 (``weight_constraint``, ``unit_qk``); the entry reports them. Code elsewhere asks this module and never compares an
 architecture's name. Adding an architecture is one model file plus one :func:`register` call (docs/architectures.md).
 
 Named *variants* (``dyt``, ``ln_scaling``, ...) are an architecture with config overrides: the comparison rows of
 the paper, usable wherever an architecture name is (``angpt compare --arms gpt+,dyt``).
+
+The review's controls (docs/architectures.md#controls) are entries and variants too: ``gpt+wn``, ``gpt+cos``,
+``ngpt_frozen_alpha``, ``angpt_frozen_alpha``. A control option (or LAUREL, ``model.laurel``) set on an architecture
+whose model does not implement it is a one-line ConfigError (:func:`check_config`).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from typing import Any
 from torch import nn
 
 from angpt.errors import ConfigError
-from angpt.models.angpt import ANGPT
+from angpt.models import tokenformer
+from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
-from angpt.models.config import PRESETS, ModelConfig
+from angpt.models.config import CONTROLS, PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
-from angpt.models.folded import FoldedANGPT, FoldedLM, FoldedNGPT
+from angpt.models.folded import FoldedANGPT, FoldedGPT, FoldedNGPT
 from angpt.models.gpt import GPT
+from angpt.models.layers import COS_TAU_MIN
 from angpt.models.ngpt import NGPT
 
 
@@ -61,10 +67,26 @@ class ArchSpec:
     model: type[LanguageModel]
     summary: str
     recipe: Recipe
-    export: str  # "native": Qwen3 / Llama by config (hf/export.py); "folded": our folded custom class
+    # "native": Qwen3 / Llama by config (hf/export.py), or our folded custom class for a model with LAUREL;
+    # "folded": our folded custom class; "custom": the architecture's own transformers class, written by the module
+    # `hf_module` names
+    export: str
     config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
-    folded: type[FoldedLM] | None = None  # the inference form with constants folded in (None: nothing to fold)
+    # The inference form: a class whose classmethod fold(model) returns an equivalent model with every constant or
+    # reparameterisation folded into plain weights (FoldedNGPT / FoldedANGPT; FoldedGPT for the GPT family: weight
+    # normalisation and LAUREL's weights). None: nothing to fold.
+    folded: type[LanguageModel] | None = None
     constants: Callable[[ModelConfig], dict[str, Any]] | None = None  # extra lines for `angpt info`
+    # Called by the trainer before every optimizer step: (model, steps done, max_steps, batches) -> a note or None,
+    # where batches(n) gives n training batches drawn apart from the training stream (anGPT's nu_att calibration).
+    before_step: Callable[..., str | None] | None = None
+    # (model, add_tokens, add_ffn_tokens=None, *, freeze_old=False) -> a larger model with the same logits, or
+    # None: the architecture cannot grow (see `grow`)
+    grow: Callable[..., LanguageModel] | None = None
+    hf_module: str | None = None  # export="custom": the angpt.hf module with export_files(model) and register()
+    # (cfg, bytes per compute element) -> bytes one block saves for the backward per token (`angpt train
+    # --dry-run`); None: the GPT / nGPT / anGPT block's count (train/dryrun.py, activation_bytes)
+    saved_per_token: Callable[[ModelConfig, int], float] | None = None
 
     @property
     def weight_constraint(self) -> str:
@@ -83,6 +105,8 @@ class ArchSpec:
         }
         if self.constants is not None:
             out.update(self.constants(cfg))
+        if cfg.laurel_parts:
+            out["laurel"] = f"{cfg.laurel} on each of the {2 * cfg.n_layers} residual connections"
         return out
 
 
@@ -132,6 +156,18 @@ def resolve_arm(name: str) -> tuple[str, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- configs, models
+def check_config(cfg: ModelConfig) -> ModelConfig:
+    """`cfg`, after checking that its architecture implements every control it sets (one-line ConfigError)."""
+    model = get(cfg.arch).model
+    for name, off in CONTROLS.items():
+        value = getattr(cfg, name)
+        if value != off and name not in model.controls:
+            having = ", ".join(a for a, s in ARCHITECTURES.items() if name in s.model.controls)
+            raise ConfigError(f"model.{name}={value!r} does not apply to arch {cfg.arch!r}; it applies to: {having}")
+    model.check_config(cfg)
+    return cfg
+
+
 def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
     """A validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
 
@@ -149,7 +185,7 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
     base.update(spec.config)
     base["arch"] = arch
     base.update(overrides)
-    return ModelConfig.from_dict(base)
+    return check_config(ModelConfig.from_dict(base))
 
 
 def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
@@ -163,13 +199,13 @@ def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", 
 
 def model_from_config(cfg: ModelConfig) -> LanguageModel:
     """The model of a resolved config (a checkpoint's, say), without re-applying defaults."""
-    return get(cfg.arch).model(cfg)
+    return get(cfg.arch).model(check_config(cfg))
 
 
 def fold_for_inference(model: nn.Module) -> nn.Module:
     """An equivalent fp32, eval-mode inference model with every constant folded into the weights.
 
-    Architectures with nothing to fold (GPT+) come back as an eval-mode fp32 copy.
+    A model with nothing to fold (GPT+ without LAUREL, say) comes back as an eval-mode fp32 copy.
     """
     from angpt.models.constraints import unwrap
 
@@ -178,6 +214,20 @@ def fold_for_inference(model: nn.Module) -> nn.Module:
     if folded is None:
         return copy.deepcopy(model).float().eval()
     return folded.fold(model)
+
+
+def grow(model: nn.Module, add_tokens: int, add_ffn_tokens: int | None = None, *, freeze_old: bool = False):
+    """A larger model with the same logits: `add_tokens` parameter tokens appended to every token-parameter layer
+    (TokenFormer's progressive scaling, docs/architectures.md#progressive-growth); ConfigError for an
+    architecture that cannot grow. `model` itself is unchanged."""
+    from angpt.models.constraints import unwrap
+
+    model = unwrap(model)
+    spec = of(model)
+    if spec.grow is None:
+        growable = ", ".join(n for n, s in ARCHITECTURES.items() if s.grow is not None)
+        raise ConfigError(f"a {spec.name} model cannot grow; growth appends parameter tokens, which {growable} has")
+    return spec.grow(model, add_tokens, add_ffn_tokens, freeze_old=freeze_old)
 
 
 def describe_constants(cfg: ModelConfig) -> dict[str, Any]:
@@ -195,6 +245,21 @@ def _ngpt_constants(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _tokenformer_constants(cfg: ModelConfig) -> dict[str, Any]:
+    (n, norm, frozen), (n_ffn, norm_ffn, frozen_ffn) = cfg.pattention_sizes(False), cfg.pattention_sizes(True)
+    return {
+        "key_init_std": cfg.init_std,
+        "value_init_std": 2.0 / (cfg.n_layers * math.sqrt(cfg.d_model)),
+        "theta": cfg.pattention,
+        "attn_tokens": n,
+        "attn_theta_n": norm,
+        "attn_frozen_tokens": frozen,
+        "ffn_tokens": n_ffn,
+        "ffn_theta_n": norm_ffn,
+        "ffn_frozen_tokens": frozen_ffn,
+    }
+
+
 _GPT_RECIPE = Recipe("adamw", lr=2e-3, weight_decay=0.1, warmup_fraction=0.05)
 
 register(
@@ -205,6 +270,7 @@ register(
         _GPT_RECIPE,
         export="native",
         config={"qk_norm": False},
+        folded=FoldedGPT,
         constants=lambda cfg: {"init_std": cfg.init_std},
     )
 )
@@ -215,6 +281,7 @@ register(
         "pre-norm Transformer with QK-norm (Qwen3 block); the paper's baseline",
         _GPT_RECIPE,
         export="native",
+        folded=FoldedGPT,
         constants=lambda cfg: {"init_std": cfg.init_std},
     )
 )
@@ -238,12 +305,58 @@ register(
         export="folded",
         folded=FoldedANGPT,
         constants=lambda cfg: angpt_constants(cfg).describe(),
+        before_step=calibrate_during_training,
+    )
+)
+
+# The review's controls (seed 003; docs/architectures.md#controls): GPT+ given one ingredient of normalisation.
+register(
+    ArchSpec(
+        "gpt+wn",
+        GPT,
+        "control: GPT+ with weight normalisation W = g V/||V|| per row of every linear map (Salimans & Kingma 2016)",
+        _GPT_RECIPE,
+        export="native",  # folded to a plain GPT+ first (FoldedGPT.fold, via GPT.fold), then a Qwen3 checkpoint
+        config={"weight_norm": True},
+        folded=FoldedGPT,
+        constants=lambda cfg: {"init_std": cfg.init_std, "weight_norm": "W = g V/||V|| per row, g = ||V|| at init"},
+    )
+)
+register(
+    ArchSpec(
+        "gpt+cos",
+        GPT,
+        "control: GPT+ with scaled cosine attention, logits cos(q, k)/tau, learned tau >= 0.01 per head (Swin v2)",
+        _GPT_RECIPE,
+        export="native",  # refused by hf/export.resolve_format: no transformers class has per-head tau
+        config={"attention": "cosine", "qk_norm": False},
+        folded=FoldedGPT,  # LAUREL's weights, 1/tau onto q's gain (no export, but a folded inference form)
+        constants=lambda cfg: {"init_std": cfg.init_std, "cos_tau_init": cfg.cos_tau_init, "cos_tau_min": COS_TAU_MIN},
+    )
+)
+
+register(
+    ArchSpec(
+        "tokenformer",
+        tokenformer.TokenFormer,
+        "Transformer whose linear maps attend over learnable parameter tokens; grows in place (Wang et al. 2024)",
+        # The paper's AdamW, weight decay 0.1 and 1% warm-up (official configs, 150M-1.5B, where the peak LR is
+        # 6e-4); the demo-scale peak LR 2e-3 is ours (GPT+'s; angpt compare sweeps it per arm).
+        Recipe("adamw", lr=2e-3, weight_decay=0.1, warmup_fraction=0.01),
+        export="custom",
+        config={"norm_eps": 1e-5},  # the official LayerNorm epsilon
+        constants=_tokenformer_constants,
+        grow=tokenformer.grow,
+        hf_module="angpt.hf.tokenformer",
+        saved_per_token=tokenformer.saved_per_token,
     )
 )
 
 register_variant("dyt", "gpt+", norm="dyt")  # DyT in place of every RMSNorm (Zhu et al. 2025)
 register_variant("ln_scaling", "gpt+", norm="ln_scaling")  # pre-norm outputs times 1/sqrt(l) (Sun et al. 2025)
 register_variant("ngpt_bounded", "ngpt", weight_constraint="bounded")  # the paper's "nGPT with <= 1" row
+register_variant("ngpt_frozen_alpha", "ngpt", freeze_alpha=True)  # control: eigen learning rates fixed at init
+register_variant("angpt_frozen_alpha", "angpt", freeze_alpha=True)  # control: eigen learning rates fixed at init
 
 ARCHS: tuple[str, ...] = tuple(ARCHITECTURES)
 BASELINE = "gpt+"  # what comparisons measure against unless told otherwise (the paper's baseline)

@@ -277,12 +277,12 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
         arms[a.label] = {"batches": [], "lr": {}, "loss": {}, "per_seed": {}}
     for b in study.batch_sizes:
         try:
-            _plan, sweeps, runs = settle_sweeps(batch_dir(out, b))
+            plan, sweeps, runs = settle_sweeps(batch_dir(out, b))
         except Unfinished as e:
             unfinished.append(f"batch {format_tokens(b)}: {e}")
             continue
         for a in study.arms:
-            lr = chosen_lr(sweeps[a.label])
+            lr = chosen_lr(sweeps[a.label][plan.sweep_budget])
             if lr is None:
                 arms[a.label]["loss"][b] = math.inf
                 continue

@@ -15,7 +15,7 @@ from typing import Any
 
 from angpt.compare.plan import Plan
 from angpt.compare.store import PLAN_FILE, RunSpec, load_record
-from angpt.compare.sweep import SweepResult, main_specs, run_sweeps
+from angpt.compare.sweep import SweepResult, Sweeps, main_specs, run_sweeps
 from angpt.errors import UserError
 from angpt.scaling.plan import LADDER_FILE, Ladder
 
@@ -89,15 +89,28 @@ def load_ladder(out: str | Path) -> Ladder:
         raise UserError(f"{path} is unreadable ({e})") from e
 
 
-def settle_sweeps(plan_dir: Path) -> tuple[Plan, dict[str, SweepResult], StoredRuns]:
-    """The compare plan in `plan_dir`, its arms' sweeps settled from the stored runs, and those runs (Unfinished
-    when a run the sweep needs has no result yet)."""
+def settle_sweeps(plan_dir: Path) -> tuple[Plan, Sweeps, StoredRuns]:
+    """The compare plan in `plan_dir`, its arms' sweeps at every budget they are due (compare's run_plan order)
+    settled from the stored runs, and those runs (Unfinished when a run a sweep needs has no result yet).
+
+    Only the sweeps are settled (not run_plan itself): a main run not finished yet leaves the sweeps readable."""
     path = plan_dir / PLAN_FILE
     if not path.is_file():
         raise Unfinished(f"{plan_dir} has not started")
     plan = Plan.from_dict(json.loads(path.read_text()))
     runs = StoredRuns(plan, plan_dir)
-    return plan, run_sweeps(plan, runs), runs
+    sweeps: Sweeps = {a.label: {} for a in plan.arms}
+    for b in plan.budgets:
+        due = [a for a in plan.arms if plan.tunes_at(a, b)]
+        if due:
+            for label, sw in run_sweeps(plan, runs, b, due).items():
+                sweeps[label][b] = sw
+    return plan, sweeps, runs
+
+
+def at_smallest(plan: Plan, sweeps: Sweeps) -> dict[str, SweepResult]:
+    """Each arm's sweep at the plan's smallest budget (the one every arm has; the LR a ladder reads)."""
+    return {label: by_budget[plan.sweep_budget] for label, by_budget in sweeps.items()}
 
 
 def collect_ladder(out: str | Path) -> LadderData:
@@ -111,7 +124,7 @@ def collect_ladder(out: str | Path) -> LadderData:
             data.sweeps[size.name] = None
             data.unfinished[size.name] = str(e)
             continue
-        data.plans[size.name], data.sweeps[size.name] = plan, sweeps
+        data.plans[size.name], data.sweeps[size.name] = plan, at_smallest(plan, sweeps)
         missing = 0
         for spec in main_specs(plan, sweeps):
             rec = runs.known(spec)
@@ -126,7 +139,8 @@ def collect_ladder(out: str | Path) -> LadderData:
             data.unfinished[size.name] = f"{missing} main run(s) not finished"
     if data.ladder.lr_transfer and len(data.ladder.sizes) > 1:
         try:
-            data.check = settle_sweeps(check_dir(out, data.ladder.sizes[1].name))[1]
+            check_plan, check, _ = settle_sweeps(check_dir(out, data.ladder.sizes[1].name))
+            data.check = at_smallest(check_plan, check)
         except Unfinished:
             data.check = None
     return data

@@ -168,7 +168,7 @@ class Ladder:
 # -------------------------------------------------------------------------------------------- lr transfer
 def chosen_lr(sweep: SweepResult) -> float | None:
     """The LR a compare sweep chose (None: every run diverged); the one place angpt.scaling reads that choice."""
-    return sweep.best
+    return sweep.best_lr
 
 
 def grid_step(grid: list[float]) -> float | None:

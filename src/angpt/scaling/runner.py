@@ -150,7 +150,7 @@ def run_ladder(
                 )
                 trained += len(rep.trained)
                 if i == 0 and ladder.lr_transfer:
-                    transferred = transferred_lrs(rep.sweeps)
+                    transferred = transferred_lrs({label: by[min(by)] for label, by in rep.sweeps.items()})
                     check = run_comparison(
                         ladder.check_plan(),
                         check_dir(out, ladder.sizes[1].name),

@@ -44,9 +44,9 @@ def decay_start(plan: Plan, spec: RunSpec) -> int:
 def seed_branches(runner: Runner, specs: list[RunSpec]) -> list[RunSpec]:
     """Give every shorter-budget run in `specs` the longest run's checkpoint at its decay start; returns the seeded.
 
-    Called by compare.run_comparison after the sweeps (its `before_main` hook), with the size's main runs (any
-    subset works: the trunk is the plan's largest budget). Runs already finished or already holding a checkpoint are
-    left as they are, so re-running resumes.
+    Called by compare.run_comparison at each budget, after that budget's sweeps (its `before_main` hook), with the
+    budget's main runs (any subset works: the trunk is the plan's largest budget). Runs already finished or already
+    holding a checkpoint are left as they are, so re-running resumes.
     """
     from angpt.train import checkpoint as ckpt
 

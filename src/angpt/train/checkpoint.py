@@ -170,8 +170,6 @@ def save_checkpoint(
         raise CheckpointError(
             f"refusing to save checkpoint step {step}: trainer state tensor {bad} is not finite (NaN or inf)"
         )
-    import safetensors.torch
-
     root = checkpoint_dir(out)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}_{os.getpid()}"
@@ -180,26 +178,10 @@ def save_checkpoint(
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        files: dict[str, str] = {}
-        tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model_state.items()}
-        safetensors.torch.save_file(tensors, str(tmp / MODEL_FILE), metadata={"format": "pt"})
-        del tensors
-        files[MODEL_FILE] = file_sha256(tmp / MODEL_FILE)  # the writer is native code: hash what it wrote
-        with open(tmp / TRAINER_FILE, "wb") as fh:
-            writer = _HashingWriter(fh)
-            torch.save(trainer_state, writer)  # type: ignore[arg-type]  # a file-like object with write()
-        files[TRAINER_FILE] = writer.hexdigest()
-        if tokenizer_dir is not None:
-            for name in TOKENIZER_FILES:
-                if (Path(tokenizer_dir) / name).is_file():
-                    files[name] = _copy_hashed(Path(tokenizer_dir) / name, tmp / name)
-        record = {**state, "step": step, "saved_at": time.time(), "files": files}
+        record = {**state, "step": step, "saved_at": time.time()}
         if run_id is not None:
             record["run_id"] = run_id
-        (tmp / STATE_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        _write_files(tmp, model_state, trainer_state, record, tokenizer_dir)
         if final.exists():  # re-saving the same step (e.g. a signal right after a periodic save)
             old = root / f".old_step_{step:06d}_{os.getpid()}"
             os.replace(final, old)
@@ -223,6 +205,74 @@ def save_checkpoint(
         raise
     _rotate(out, keep_last, run_id, final)
     return final
+
+
+def _write_files(
+    folder: Path,
+    model_state: dict[str, torch.Tensor],
+    trainer_state: dict[str, Any] | None,
+    state: dict[str, Any],
+    tokenizer_dir: str | Path | None,
+) -> None:
+    """The files of one checkpoint in `folder` (trainer.pt only with a trainer state), each hashed into state.json's
+    "files" as it is written, then every file fsynced."""
+    import safetensors.torch
+
+    files: dict[str, str] = {}
+    tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model_state.items()}
+    safetensors.torch.save_file(tensors, str(folder / MODEL_FILE), metadata={"format": "pt"})
+    del tensors
+    files[MODEL_FILE] = file_sha256(folder / MODEL_FILE)  # the writer is native code: hash what it wrote
+    if trainer_state is not None:
+        with open(folder / TRAINER_FILE, "wb") as fh:
+            writer = _HashingWriter(fh)
+            torch.save(trainer_state, writer)  # type: ignore[arg-type]  # a file-like object with write()
+        files[TRAINER_FILE] = writer.hexdigest()
+    if tokenizer_dir is not None:
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer_dir) / name).is_file():
+                files[name] = _copy_hashed(Path(tokenizer_dir) / name, folder / name)
+    (folder / STATE_FILE).write_text(json.dumps({**state, "files": files}, indent=2), encoding="utf-8")
+    for f in folder.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+def save_weights_checkpoint(
+    path: str | Path,
+    model_state: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    *,
+    tokenizer_dir: str | Path | None = None,
+) -> Path:
+    """Write a weights-only checkpoint folder at `path` itself (no trainer state: a start for `--init_from PATH`,
+    not a run to resume), atomically: built in a hidden folder beside it and renamed into place.
+
+    `path` must not exist; non-finite weights, a full disk or any write error leave nothing behind (one-line
+    CheckpointError). state.json gets `state` plus "step" 0, "saved_at" and the files' sha256.
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise CheckpointError(f"{path} already exists; choose a new folder for the checkpoint")
+    bad = find_non_finite(model_state)
+    if bad is not None:
+        raise CheckpointError(f"refusing to save {path}: model tensor {bad} is not finite (NaN or inf)")
+    tmp = path.parent / f".{path.name}.tmp_{os.getpid()}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        _write_files(tmp, model_state, None, {"step": 0, **state, "saved_at": time.time()}, tokenizer_dir)
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {path} ({_line(e)}); nothing was written") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
 
 
 def _rotate(out: str | Path, keep_last: int, run_id: str | None, just_written: Path) -> None:
@@ -387,7 +437,7 @@ def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> None:
 def _weights_only(path: Path) -> str:
     return (
         f"checkpoint {path} holds weights only, no optimizer state or data position (e.g. made by "
-        f"`angpt import-hf`), so it cannot be resumed: start a new run from it with --init_from {path}"
+        f"`angpt import-hf` or `angpt grow`), so it cannot be resumed: start a new run from it with --init_from {path}"
     )
 
 

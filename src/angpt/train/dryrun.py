@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from angpt.errors import ConfigError
-from angpt.models import ModelConfig, describe_constants, model_from_config
+from angpt.models import ModelConfig, describe_constants, model_from_config, registry
 from angpt.models.base import LanguageModel
 from angpt.train.config import RunConfig
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
@@ -201,11 +201,15 @@ def activation_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: st
     An estimate: under CPU bf16 autocast, saved-tensor hooks count the formula's 78h per layer for GPT+ (plus the
     RoPE tables, which do not grow with the batch), 16% less for GPT (no QK-norm), ~20% more for nGPT and ~10%
     less for anGPT (docs/recipes.md); tests/test_dryrun.py keeps every architecture within 30% of the formula.
+    An architecture with another block (TokenFormer) gives its own per-token count in its registry entry
+    (`saved_per_token`).
     """
     e = 2 if dtype == "bf16" else 4
     h, f, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
     tokens = seq_len * micro_batch
-    layer = tokens * (2 * (8 + e) * h + (8 + 2 * e) * h + 7 * e * h + 4 * e * f)
+    own = registry.get(cfg.arch).saved_per_token  # an architecture whose block is not this one counts its own
+    per_token = own(cfg, e) if own is not None else 2 * (8 + e) * h + (8 + 2 * e) * h + 7 * e * h + 4 * e * f
+    layer = tokens * per_token
     outside = tokens * ((8 + e) * h + (e + 8) * V)
     return L * layer + outside, L * tokens * 4 * h + layer + outside
 

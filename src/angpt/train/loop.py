@@ -25,7 +25,7 @@ from torch import nn
 from angpt.data.format import tokenizer_hash
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
-from angpt.models import ModelConfig, make_config, model_from_config, unwrap
+from angpt.models import ModelConfig, make_config, model_from_config, registry, unwrap
 from angpt.train import checkpoint as ckpt
 from angpt.train.config import RunConfig
 from angpt.train.dist import (
@@ -313,6 +313,14 @@ class Trainer:
         bpt = self.meta.get("bytes_per_token") or _bytes_per_token(self.meta)
         return val, bits_per_byte(val, bpt)
 
+    def _side_batches(self, n: int) -> list[torch.Tensor]:
+        """`n` training batches for an architecture's hook: a separate loader with its own seed, identical on
+        every rank, so the training stream (and thus the data order every arm shares) is untouched."""
+        from angpt.data import TokenLoader
+
+        side = TokenLoader(self.cfg.data, "train", self.tc.micro_batch, self.T, seed=self.tc.seed + 1_000_003)
+        return [side.next_batch()[0].to(self.info.device) for _ in range(n)]
+
     def health(self) -> dict[str, float]:
         """Per-layer norms and scales on one validation batch (single process only)."""
         from angpt.data import iter_eval_batches
@@ -378,8 +386,12 @@ class Trainer:
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
+        before_step = registry.of(self.base).before_step
         with StopSignals() as signals:
             while self.step < tc.max_steps:
+                note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
+                if note and info.is_main:
+                    print(note, file=sys.stderr)
                 t0 = time.perf_counter()
                 loss_value = self.step_fn.accumulate(self.loader.next_batch).item()
                 if not math.isfinite(loss_value):

@@ -36,13 +36,24 @@ FIXED_TRAIN = (
 )
 
 
+def _resolved(saved: Any) -> Any:
+    """A saved model config with the defaults of fields added since it was written (they did not exist, so the
+    run had them off); unreadable ones come back as they are and compare unequal."""
+    if not isinstance(saved, dict):
+        return saved
+    try:
+        return ModelConfig.from_dict(saved).to_dict()
+    except (ValueError, TypeError):
+        return saved
+
+
 def check_resume(
     path: Any, state: dict[str, Any], cfg: RunConfig, mcfg: ModelConfig, data_identity: dict[str, Any] | None
 ) -> list[str]:
     """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`; else the changes applied."""
     saved = state.get("run_config") or {}
     saved_train = saved.get("train") or {}
-    if state.get("model_config") != mcfg.to_dict():
+    if _resolved(state.get("model_config")) != mcfg.to_dict():
         raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
     for key in FIXED_TRAIN:
         if key in saved_train and saved_train[key] != getattr(cfg.train, key):

@@ -1,0 +1,269 @@
+"""`angpt compare`'s statistics and report words: the t quantile, the paired test with its interval, Welch's interval,
+loss spikes, the horizon rule, verdicts that lead with the largest budget's paired difference and never claim a
+speedup an arm did not earn, stability flags, and the plots' small rules. No training: every test here is fast."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from angpt.compare import make_plan, paired_ttest, t_quantile, welch_ttest
+from angpt.compare.analyse import analyse, verdict, warnings
+from angpt.compare.collect import ArmRuns
+from angpt.compare.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM, Horizon, count_params
+from angpt.compare.plots import NO_MATPLOTLIB, spread_note, wants_log_y, write_plots
+from angpt.compare.render import render_markdown
+from angpt.compare.stats import loss_spikes
+from angpt.compare.store import run_health
+from angpt.compare.sweep import SweepResult
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(preset="tiny", batch_tokens=512, eval_batches=2, eval_points=2, dtype="fp32")
+
+
+# ------------------------------------------------------------------------------------------- t quantile
+def test_t_quantile_matches_closed_forms_and_tables():
+    for q in (0.6, 0.9, 0.975, 0.995):
+        # df = 1 is the Cauchy distribution: t_q = tan(pi (q - 1/2)); df = 2: t_q = (2q - 1) / sqrt(2 q (1 - q)).
+        assert t_quantile(q, 1) == pytest.approx(math.tan(math.pi * (q - 0.5)), rel=1e-10)
+        assert t_quantile(q, 2) == pytest.approx((2 * q - 1) / math.sqrt(2 * q * (1 - q)), rel=1e-10)
+    assert t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-6)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-6)  # scipy.stats.t.ppf(0.975, 4)
+    assert t_quantile(0.975, 30) == pytest.approx(2.0422724563012378, rel=1e-9)
+    assert t_quantile(0.995, 3.5) == pytest.approx(5.085702223091256, rel=1e-9)  # fractional df (Welch)
+    assert t_quantile(0.975, 1e6) == pytest.approx(1.959966356814107, rel=1e-7)  # -> the normal's 1.96
+    assert t_quantile(0.025, 4) == pytest.approx(-2.7764451051977943, rel=1e-9) and t_quantile(0.5, 3) == 0.0
+    for bad in ((0.0, 3), (1.0, 3), (0.9, 0)):
+        with pytest.raises(ValueError):
+            t_quantile(*bad)
+
+
+def test_t_quantile_agrees_with_scipy_where_installed():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 1.5, 2, 3, 5, 9, 24.99, 100):
+        for q in (0.55, 0.8, 0.95, 0.975, 0.999):
+            assert t_quantile(q, df) == pytest.approx(float(stats.t.ppf(q, df)), rel=1e-8), (q, df)
+
+
+# ------------------------------------------------------------------------------------------------ tests
+def test_paired_t_test_worked_by_hand():
+    """Candidate 3.00, 3.10, 2.95 against baseline 3.05, 3.12, 3.02 at three shared seeds.
+
+    Differences -0.05, -0.02, -0.07: mean -0.14/3, deviations -1/300, 8/300, -7/300, so the sample variance is
+    (1 + 64 + 49) / 90000 / 2 = 114/180000 and se = sqrt(variance / 3). t = mean / se on 2 df, where the two-sided
+    p is 1 - |t| / sqrt(2 + t^2) and the 97.5% quantile 0.95 / sqrt(2 x 0.975 x 0.025) = 4.302653.
+    (scipy.stats.ttest_rel: t = -3.21182, p = 0.0847914, CI [-0.109183, 0.0158494].)
+    """
+    r = paired_ttest([3.00, 3.10, 2.95], [3.05, 3.12, 3.02])
+    mean = -0.14 / 3
+    se = math.sqrt(114 / 180000 / 3)
+    t = mean / se
+    q = 0.95 / math.sqrt(2 * 0.975 * 0.025)
+    assert (r.kind, r.n, r.df) == ("paired", 3, 2)
+    assert r.mean_diff == pytest.approx(mean, rel=1e-12) and r.se == pytest.approx(se, rel=1e-12)
+    assert r.t == pytest.approx(t, rel=1e-12) and r.t == pytest.approx(-3.2118202741878696, rel=1e-9)
+    assert r.p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-10)
+    assert r.p == pytest.approx(0.08479136935514096, rel=1e-8)
+    assert (r.ci_low, r.ci_high) == pytest.approx((mean - q * se, mean + q * se), rel=1e-10)
+    assert (r.ci_low, r.ci_high) == pytest.approx((-0.10918276146042405, 0.01584942812709094), rel=1e-8)
+    # Pairing matters: the same numbers as independent samples (Welch) are far from significant.
+    assert welch_ttest([3.00, 3.10, 2.95], [3.05, 3.12, 3.02]).p > 0.4
+    # The sign is candidate minus baseline; order is the pairing.
+    assert paired_ttest([3.05, 3.12, 3.02], [3.00, 3.10, 2.95]).mean_diff == pytest.approx(-mean)
+    # Five pairs on 4 df (scipy.stats.ttest_rel: t = -0.975900, p = 0.384373, CI [-0.0769002, 0.0369002]).
+    r = paired_ttest([3.00, 3.10, 2.95, 3.2, 3.05], [3.05, 3.12, 3.02, 3.21, 3.0])
+    assert (r.t, r.p) == pytest.approx((-0.9759000729485322, 0.384372736447951), rel=1e-8)
+    assert (r.ci_low, r.ci_high) == pytest.approx((-0.07690019259470239, 0.036900192594702536), rel=1e-8)
+    # Undefined: one pair, a diverged run, differences that do not vary.
+    assert paired_ttest([3.0], [3.1]) is None
+    assert paired_ttest([3.0, math.inf], [3.1, 3.2]) is None
+    assert paired_ttest([1.0, 2.0], [0.5, 1.5]) is None
+    with pytest.raises(ValueError):
+        paired_ttest([1.0, 2.0], [1.0])
+
+
+def test_welch_interval_matches_scipy():
+    # Wikipedia's "Welch's t-test" example 1; scipy.stats.ttest_ind(equal_var=False).confidence_interval(0.95).
+    a = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
+    b = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
+    w = welch_ttest(a, b)
+    assert (w.t, w.df, w.p) == pytest.approx((-2.455356398286006, 24.988529290231416, 0.021378001462866992), rel=1e-7)
+    assert (w.ci_low, w.ci_high) == pytest.approx((-3.984096267140929, -0.3492370661924069), rel=1e-7)
+
+
+def test_loss_spikes_follow_the_trainers_spike_rule():
+    from angpt.train.loop import SpikeDetector
+
+    losses = [5.0, 4.8, 4.6, 4.5, 4.4, 4.3, 4.2, 4.1, 4.0, 3.9, 3.8, 9.0, 3.7, 3.6, 6.5, 3.5, 3.4]
+    got = loss_spikes(losses, 1.5)
+    detector = SpikeDetector(1.5)
+    assert got == [i for i, x in enumerate(losses) if detector.check(x)] == [11, 14]
+    # Not before the running mean has ten losses, and a spike does not raise the mean it is measured against.
+    assert loss_spikes([5.0, 50.0, 4.0], 1.5) == []
+    assert loss_spikes([4.0] * 10 + [7.0, 7.0, 7.0], 1.5) == [10, 11, 12]
+    rows = [{"step": i + 1, "loss": x, "grad_norm": 1.0 + (i == 3) * 99} for i, x in enumerate(losses)]
+    h = run_health(rows)
+    assert (h["max_grad_norm"], h["max_grad_norm_step"], h["median_grad_norm"]) == (100.0, 4, 1.0)
+    assert (h["loss_spikes"], h["loss_spike_steps"]) == (2, [12, 15])  # steps, not indices
+
+
+# ---------------------------------------------------------------------------------------------- horizon
+def test_horizon_rule_and_parameter_count(data_dir):
+    params = 100_000
+    ok = Horizon(steps=MIN_STEPS, tokens=int(MIN_TOKENS_PER_PARAM * params), params=params,
+                 params_non_embedding=80_000, arm="a")  # fmt: skip
+    assert not ok.short and "smoke test" not in ok.message
+    few_steps = Horizon(MIN_STEPS - 1, 10**7, params, 80_000, "a")
+    few_tokens = Horizon(5000, int(MIN_TOKENS_PER_PARAM * params) - 1, params, 80_000, "a")
+    assert few_steps.short and "999 optimizer steps (< 1,000)" in few_steps.message
+    assert few_tokens.short and "tokens per parameter (< 10" in few_tokens.message
+    assert "steps (<" not in few_tokens.message and "\n" not in few_tokens.message
+    # Parameters are counted in total, embeddings included (docs/protocol.md#horizon): what a CPU build counts.
+    from angpt.data import load_meta
+    from angpt.models import model_from_config
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import resolve_model_config
+
+    plan = make_plan(data_dir, **TINY, budgets=[2048], arms=["gpt+", "angpt"])
+    counted = count_params(plan)
+    for arm in plan.arms:
+        cfg = load_run_config(None, plan.run_overrides(arm, 2048, 0, 1e-3, "unused"))
+        model = model_from_config(resolve_model_config(cfg, load_meta(data_dir)))
+        assert counted[arm.label] == (model.num_params(), model.num_params(embeddings=False))
+        assert model.num_params() > model.num_params(embeddings=False)
+
+
+# ------------------------------------------------------------------------------------------ the verdicts
+def _analysed(data_dir, base_losses, cand_losses, budgets, *, stat="paired", health=None):
+    seeds = list(range(len(next(iter(base_losses.values())))))
+    plan = make_plan(data_dir, **TINY, budgets=budgets, arms=["gpt+", "angpt"], seeds=seeds, stat=stat)
+    runs = {}
+    for label, losses in (("gpt+", base_losses), ("angpt", cand_losses)):
+        final = {b: dict(enumerate(losses[b])) for b in plan.budgets}
+        choice = {b: (1e-3, ()) for b in plan.budgets}
+        runs[label] = ArmRuns(label, 1e-3, final=final, bpb={b: {} for b in plan.budgets}, choice=choice)
+        runs[label].health = (health or {}).get(label, {})
+    b0 = plan.sweep_budget
+    sweeps = {a: {b0: SweepResult(a, b0, [1e-3], {(1e-3, ()): 3.0}, (1e-3, ()), 0, False, True)} for a in runs}
+    return plan, analyse(plan, runs, sweeps)
+
+
+def _report(plan, arms, warnings_=()):
+    keys = ("date", "angpt_version", "git_revision", "torch_version", "python_version", "hostname", "platform")
+    machine = {**dict.fromkeys(keys, "-"), "cpu": "-", "cpu_cores": 1, "gpu": None}
+    return {
+        "arms": arms,
+        "machine": machine,
+        "dataset": {},
+        "command": "test",
+        "jobs": 1,
+        "threads": 1,
+        "verdicts": [verdict(plan, lab, e) for lab, e in arms.items() if lab != plan.baseline],
+        "warnings": list(warnings_),
+    }
+
+
+def test_recorded_comparison_no_longer_claims_a_speedup_for_an_arm_that_ends_worse(data_dir):
+    """benchmarks/compare-cpu-mini: its report read "ngpt reaches gpt+'s loss with 1.59x fewer tokens" while ngpt
+    ended 6.9% worse than GPT+ at the largest budget (the mean kept only points inside the trained range). From
+    the same per-seed losses, the verdict must lead with that loss and claim no speedup; anGPT, better at every
+    budget, keeps its speedup (its left-out points are lower bounds, which only understate it)."""
+    recorded = json.loads((ROOT / "benchmarks/compare-cpu-mini/report.json").read_text())["arms"]
+
+    def losses(label):
+        return {r["budget"]: [r["val_loss"][s] for s in ("0", "1", "2")] for r in recorded[label]["budgets"]}
+
+    budgets = [r["budget"] for r in recorded["gpt+"]["budgets"]]
+    for label, worse in (("ngpt", True), ("angpt_a01", True), ("angpt", False)):
+        plan, arms = _analysed(data_dir, losses("gpt+"), losses(label), budgets)
+        line = verdict(plan, "angpt", arms["angpt"])
+        diffs = [c - b for c, b in zip(losses(label)[budgets[-1]], losses("gpt+")[budgets[-1]])]
+        lead = f"angpt vs gpt+ at 512Ki tokens: final loss {abs(sum(diffs) / 3):.4f} {'higher' if worse else 'lower'}"
+        assert line.startswith(lead), (label, line)
+        assert "95% CI [" in line and "paired p=" in line and "(Welch p=" in line
+        assert ("fewer tokens" in line) is (not worse), (label, line)
+        assert arms["angpt"]["speedup"]["established"] is (not worse)
+        if worse:
+            assert "no speedup can be claimed" in line and "not established" in render_markdown(
+                plan, _report(plan, arms), {}
+            )
+    assert "4 below range (speedup >= 1.00x there; left out, so the mean understates)" in line  # anGPT's bounds
+    assert "reaches gpt+'s loss with 1.48x fewer tokens (±0.06 over 3 seeds; 5 of 9 points measured" in line
+
+
+def test_no_speedup_is_claimed_for_an_arm_worse_at_the_largest_budget(data_dir):
+    """A noisy candidate that crosses every baseline loss inside the range (every point exact, none a bound) but
+    ends above the baseline at the largest budget: its mean speedup (> 1) must not be claimed."""
+    budgets = [2048, 4096, 8192]
+    base = {2048: [4.0, 4.1], 4096: [3.5, 3.6], 8192: [3.0, 3.1]}
+    cand = {2048: [4.2, 4.3], 4096: [3.0, 3.1], 8192: [3.1, 3.2]}
+    plan, arms = _analysed(data_dir, base, cand, budgets)
+    sp = arms["angpt"]["speedup"]
+    assert (sp["n_exact"], sp["n_not_reached"], sp["n_below_range"]) == (6, 0, 0) and sp["mean"] > 1
+    assert not sp["established"]
+    line = verdict(plan, "angpt", arms["angpt"])
+    assert line.startswith("angpt vs gpt+ at 8Ki tokens: final loss 0.1000 higher")
+    assert "no speedup can be claimed: its loss at 8Ki tokens is higher than gpt+'s" in line and "fewer" not in line
+
+
+def test_one_seed_says_na_and_the_report_prints_paired_intervals(data_dir):
+    budgets = [2048, 4096]
+    plan, arms = _analysed(data_dir, {2048: [3.0], 4096: [2.8]}, {2048: [2.9], 4096: [2.75]}, budgets)
+    line = verdict(plan, "angpt", arms["angpt"])
+    assert "final loss 0.0500 lower (1.79%); interval and p-value n/a (one seed)" in line
+    assert "p=" not in line and "CI" not in line
+    md = render_markdown(plan, _report(plan, arms), {})
+    assert "| angpt | -0.1000, n/a (one seed) | -0.0500, n/a (one seed) |" in md
+    assert "one seed" in md and "mean ± std" not in md  # no spread claimed over one seed
+    assert "only 1 seed: no spread, interval or p-value" in " ".join(warnings(plan, arms, None))
+
+    # Three seeds: the final-loss table gives each budget's paired mean difference, 95% CI and p (the hand
+    # example of test_paired_t_test_worked_by_hand at 4Ki), and Welch's p beside it.
+    base = {2048: [3.2, 3.3, 3.1], 4096: [3.05, 3.12, 3.02]}
+    cand = {2048: [3.1, 3.25, 3.0], 4096: [3.00, 3.10, 2.95]}
+    plan, arms = _analysed(data_dir, base, cand, budgets)
+    md = render_markdown(plan, _report(plan, arms), {})
+    welch = welch_ttest(cand[4096], base[4096]).p
+    assert f"-0.0467 [-0.1092, +0.0158], p=0.085 (Welch p={welch:.2g})" in md
+    row = arms["angpt"]["budgets"][1]["difference"]
+    assert row["paired"]["ci95"] == pytest.approx([-0.10918276146042405, 0.01584942812709094], rel=1e-8)
+    line = verdict(plan, "angpt", arms["angpt"])
+    assert "95% CI [-0.1092, +0.0158], paired p=0.085 over 3 seeds (Welch p=" in line
+    # --stat welch: Welch's interval and p lead, the paired p beside it.
+    plan, arms = _analysed(data_dir, base, cand, budgets, stat="welch")
+    assert f"Welch p={welch:.2g} over 3 seeds (paired p=0.085)" in verdict(plan, "angpt", arms["angpt"])
+
+
+def test_unstable_learning_rates_are_flagged(data_dir):
+    def health(ratio, spikes):
+        return {"max_grad_norm": ratio, "median_grad_norm": 1.0, "max_grad_norm_step": 3, "loss_spikes": spikes,
+                "loss_spike_steps": [7] * spikes}  # fmt: skip
+
+    losses = {2048: [3.0, 3.1], 4096: [2.8, 2.9]}
+    cases = {
+        "calm": (50.0, 0, None),
+        "blow-up": (150.0, 0, "largest pre-clip gradient norm 150 is 150x its run's median (4Ki seed 1 step 3)"),
+        "spike": (2.0, 1, "1 loss spike(s) (first: 4Ki seed 1 step 7)"),
+    }
+    for name, (ratio, spikes, why) in cases.items():
+        flagged = why is not None
+        hl = {"angpt": {4096: {1: health(ratio, spikes)}}, "gpt+": {4096: {1: health(2.0, 0)}}}
+        plan, arms = _analysed(data_dir, losses, losses, [2048, 4096], health=hl)
+        st = arms["angpt"]["stability"]
+        assert st["unstable"] is flagged and st["ratio"] == ratio and st["where"] == "4Ki seed 1 step 3", name
+        said = [w for w in warnings(plan, arms, None) if "looks unstable" in w]
+        assert len(said) == flagged and (not flagged or said[0].startswith("angpt:") and why in said[0]), name
+        md = render_markdown(plan, _report(plan, arms), {})
+        assert ("**unstable**" in md) is flagged
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def test_plot_rules(tmp_path, monkeypatch, data_dir):
+    assert not wants_log_y([3.5, 3.0, 2.2]) and wants_log_y([9.0, 3.0, 2.2])  # an early spike to 9
+    assert spread_note(3) == "band: ±1 std over 3 seeds" and spread_note(1) == "one seed, no spread"
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    plan = make_plan(data_dir, **TINY, budgets=[2048], arms=["gpt+"])
+    assert write_plots(plan, {}, {}, tmp_path) == ({}, [NO_MATPLOTLIB]) and not list(tmp_path.iterdir())
