@@ -236,20 +236,7 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
         json.dump(res, open("out.json", "w"))
         """
     )
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads((tmp_path / "out.json").read_text())
+    res = run_isolated(script, tmp_path)
     assert res["blocked"], "angpt was importable in the subprocess; the test would prove nothing"
     assert res["angpt_loaded"] == []
     for arch in archs:
@@ -335,3 +322,22 @@ def test_import_hf_errors(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(CheckpointError, match="'bert'"):
         import_hf(tmp_path)
+
+
+def run_isolated(script: str, tmp_path) -> dict:
+    """Run `script` in a fresh, isolated (-I) offline Python in `tmp_path` with its own HF caches; the JSON it
+    wrote to out.json. Proves a loader works where only what the script imports is available."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((tmp_path / "out.json").read_text())

@@ -601,17 +601,7 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
     assert not (out / "batch.json").exists()
     assert (
         cli(
-            "batch",
-            "--data",
-            data_dir,
-            "--out",
-            out,
-            "--arms",
-            "gpt+",
-            "--batch-sizes",
-            "256,512",
-            "--tokens",
-            "2048",
+            *batch,
             "--preset",
             "tiny",
             "--lr-grid",

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from angpt.errors import ConfigError, UserError
 from angpt.models.tokenformer import ffn_growth
 from angpt.train.checkpoint import load_checkpoint_model, read_state, save_weights_checkpoint
 
+from .test_hf_export import run_isolated
 from .test_reference import causal_attention, rope
 from .test_train import TINY, final_weights, metrics
 
@@ -402,20 +401,7 @@ def test_hf_export_loads_where_angpt_is_not_importable(trained, tmp_path):
         json.dump({{"module": type(m).__module__, "logits": logits.tolist()}}, open("out.json", "w"))
         """
     )
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "HF_HOME": str(tmp_path / "hf_home"),
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads((tmp_path / "out.json").read_text())
+    res = run_isolated(script, tmp_path)
     assert res["module"].startswith("transformers_modules.")
     with torch.no_grad():
         ours = trained(x)[0]
