@@ -16,7 +16,12 @@ batches. Prints a markdown table and writes OUT/report.md and OUT/report.json. U
 `angpt prepare --source stdlib --tokenizer bpe:4096 --out data/stdlib-bpe4096`):
 
     python benchmarks/grow_vs_scratch.py --data data/stdlib-bpe4096 --out runs/grow-vs-scratch \\
-        [--preset demo --tokens 64 --add 64 --stages 4 --steps 100 --batch-tokens 16384]
+        [--preset demo --tokens 64 --add 64 --stages 4 --steps 100 --batch-tokens 16384] \\
+        [--set d_model=128 n_layers=4 n_heads=2 context_length=128] [--seeds 0,1,2]
+
+With several `--seeds` both arms run once per seed (init and data order; stage s of seed k draws its data with
+train.seed = 1000 k + s - 1) and the report ends with the paired t-test of grown - scratch final validation loss
+over seeds (the statistics of `angpt compare`, docs/protocol.md#paired-statistics).
 
 The defaults end at the demo preset's default TokenFormer (256 tokens per attention Pattention, 1024 per FFN: the
 size of GPT+ at that preset). With a freshly drawn data order per stage, a window can recur across stages when the
@@ -32,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from angpt.compare.stats import mean, paired_ttest, std
 from angpt.data import load_meta
 from angpt.models import build_model
 from angpt.train.config import load_run_config
@@ -69,7 +75,25 @@ def run(args, out: Path, seed: int, steps: int, model: dict, init_from: Path | N
 
 
 def shape(args, tokens: int) -> dict:
-    return {"param_tokens": tokens, "d_ff": tokens * args.ffn_ratio}
+    """The model overrides of one size: `--set` plus the parameter tokens of every Pattention."""
+    return {**args.model, "param_tokens": tokens, "d_ff": tokens * args.ffn_ratio}
+
+
+def parse_set(items: list[str]) -> dict:
+    """`--set KEY=VALUE ...` as model overrides (ints where they parse)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"grow_vs_scratch: --set takes KEY=VALUE, got {item!r}")
+        key = key.removeprefix("model.")
+        if key in ("param_tokens", "d_ff"):
+            raise SystemExit("grow_vs_scratch: the Pattention sizes come from --tokens, --add and --ffn-ratio")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 def flops_and_params(args, model: dict, seq_len: int) -> tuple[float, int]:
@@ -98,7 +122,11 @@ def main() -> int:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model overrides, e.g. d_model=128")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds; both arms run at each")
     args = p.parse_args()
+    args.model = parse_set(args.set)
+    args.seeds = [int(x) for x in args.seeds.split(",")]
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -107,14 +135,32 @@ def main() -> int:
         return 2
     meta = load_meta(args.data)
 
+    rows = []
+    for seed in args.seeds:
+        rows += run_seed(args, out / f"seed{seed}" if len(args.seeds) > 1 else out, seed)
+
+    train_tokens = meta.get("splits", {}).get("train", {}).get("tokens")
+    report = render(args, rows, train_tokens)
+    print(report)
+    (out / "report.md").write_text(report + "\n")
+    keys = ("seed", "arm", "stage", "model", "params_non_embedding", "steps", "tokens", "cumulative_flops", "val_loss")
+    data = {"args": vars(args), "train_split_tokens": train_tokens, "rows": [dict(zip(keys, r)) for r in rows]}
+    test = paired(rows)
+    data["paired_grown_minus_scratch"] = test.to_dict() if test else None
+    (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+def run_seed(args, out: Path, seed: int) -> list[tuple]:
+    """Both arms at one seed: the grown model's stages, then the final size from scratch at equal FLOPs."""
     rows, total_flops, init = [], 0.0, None
     for stage in range(1, args.stages + 1):
         tokens = args.tokens + (stage - 1) * args.add
         model = shape(args, tokens)
-        result = run(args, out / "grown" / f"stage{stage}", stage - 1, args.steps, model, init)
+        result = run(args, out / "grown" / f"stage{stage}", 1000 * seed + stage - 1, args.steps, model, init)
         fpt, params = flops_and_params(args, model, _seq_len(result))
         total_flops += fpt * result.tokens
-        rows.append(("grown", stage, model, params, result.step, result.tokens, total_flops, result.val_loss))
+        rows.append((seed, "grown", stage, model, params, result.step, result.tokens, total_flops, result.val_loss))
         if stage < args.stages:
             init = grow_checkpoint(
                 result.checkpoint, out / "grown" / f"stage{stage + 1}-init", args.add, freeze_old=args.freeze_old
@@ -123,17 +169,24 @@ def main() -> int:
     final = shape(args, args.tokens + (args.stages - 1) * args.add)
     fpt, params = flops_and_params(args, final, _seq_len(result))
     steps = max(1, round(total_flops / (fpt * args.batch_tokens)))
-    scratch = run(args, out / "scratch", 0, steps, final)
-    rows.append(("scratch", 1, final, params, scratch.step, scratch.tokens, fpt * scratch.tokens, scratch.val_loss))
+    scratch = run(args, out / "scratch", 1000 * seed, steps, final)
+    flops = fpt * scratch.tokens
+    rows.append((seed, "scratch", 1, final, params, scratch.step, scratch.tokens, flops, scratch.val_loss))
+    return rows
 
-    train_tokens = meta.get("splits", {}).get("train", {}).get("tokens")
-    report = render(args, rows, train_tokens)
-    print(report)
-    (out / "report.md").write_text(report + "\n")
-    keys = ("arm", "stage", "model", "params_non_embedding", "steps", "tokens", "cumulative_flops", "val_loss")
-    data = {"args": vars(args), "train_split_tokens": train_tokens, "rows": [dict(zip(keys, r)) for r in rows]}
-    (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
-    return 0
+
+def finals(rows, arm: str) -> list[float]:
+    """Each seed's final validation loss of one arm (the grown arm's last stage), in seed order."""
+    last = {}
+    for seed, arm_, _stage, *_, val in rows:
+        if arm_ == arm:
+            last[seed] = val  # stages come in order, so the last one wins
+    return [last[k] for k in sorted(last)]
+
+
+def paired(rows):
+    """The paired t-test of grown - scratch final validation loss over seeds (None with one seed)."""
+    return paired_ttest(finals(rows, "grown"), finals(rows, "scratch"))
 
 
 def _seq_len(result) -> int:
@@ -143,20 +196,38 @@ def _seq_len(result) -> int:
 
 
 def render(args, rows, train_tokens) -> str:
+    shape_note = ", ".join(f"{k}={v}" for k, v in args.model.items())
     lines = [
-        f"# TokenFormer grown in {args.stages} stages vs from scratch (preset {args.preset}, "
-        f"{args.batch_tokens} tokens/step, {args.steps} steps/stage{', old tokens frozen' if args.freeze_old else ''})",
+        f"# TokenFormer grown in {args.stages} stages vs from scratch (preset {args.preset}"
+        f"{', ' + shape_note if shape_note else ''}, {args.batch_tokens} tokens/step, {args.steps} steps/stage"
+        f"{', old tokens frozen' if args.freeze_old else ''})",
         "",
-        "| arm | stage | tokens (attn / ffn) | non-emb. params | steps | tokens seen | cumulative FLOPs | val loss |",
-        "|---|---|---|---|---|---|---|---|",
+        "| seed | arm | stage | tokens (attn / ffn) | non-emb. params | steps | tokens seen | cumulative FLOPs "
+        "| val loss |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for arm, stage, model, params, steps, tokens, flops, val in rows:
+    for seed, arm, stage, model, params, steps, tokens, flops, val in rows:
         shape_ = f"{model['param_tokens']} / {model['d_ff']}"
         lines.append(
-            f"| {arm} | {stage} | {shape_} | {params / 1e6:.2f}M | {steps} | {tokens:,} | {flops:.3e} | {val:.4f} |"
+            f"| {seed} | {arm} | {stage} | {shape_} | {params / 1e6:.2f}M | {steps} | {tokens:,} | {flops:.3e} "
+            f"| {val:.4f} |"
         )
-    seen = sum(r[5] for r in rows if r[0] == "grown")
-    lines += ["", f"Training split: {train_tokens:,} tokens; the grown arm's stages saw {seen:,} in all."]
+    seen = max(sum(r[6] for r in rows if r[1] == "grown" and r[0] == s) for s in args.seeds)
+    lines += ["", f"Training split: {train_tokens:,} tokens; the grown arm's stages saw {seen:,} per seed."]
+    grown, scratch = finals(rows, "grown"), finals(rows, "scratch")
+    if len(grown) > 1:
+        lines.append(
+            f"Final validation loss over {len(grown)} seeds: grown {mean(grown):.4f} +- {std(grown):.4f}, "
+            f"scratch {mean(scratch):.4f} +- {std(scratch):.4f}."
+        )
+        test = paired(rows)
+        if test is None:
+            lines.append("Paired t-test: undefined (the differences do not vary).")
+        else:
+            lines.append(
+                f"Paired difference grown - scratch: {test.mean_diff:+.4f} nats, 95% CI "
+                f"[{test.ci_low:+.4f}, {test.ci_high:+.4f}], p = {test.p:.3g} (t = {test.t:.2f}, df = {test.df:g})."
+            )
     return "\n".join(lines)
 
 
