@@ -296,3 +296,23 @@ def test_calibrated_nu_att_is_measured_once_during_training_and_survives_resume(
     assert [r["loss"] for r in metrics(tmp_path / "split")] == losses
     wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_git_revision_marks_uncommitted_changes(tmp_path):
+    from angpt.train.provenance import git_revision
+
+    assert git_revision(tmp_path) is None  # not a checkout
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, env={**os.environ, **env})
+
+    git("init", "-q")
+    (tmp_path / "f.py").write_text("a = 1\n")
+    git("add", "f.py")
+    git("commit", "-qm", "x")
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "untracked.txt").write_text("ignored\n")
+    assert git_revision(tmp_path) == sha  # untracked files do not make the tree dirty
+    (tmp_path / "f.py").write_text("a = 2\n")
+    assert git_revision(tmp_path) == sha + "+dirty"

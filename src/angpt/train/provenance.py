@@ -15,11 +15,21 @@ from angpt.train.config import RunConfig
 from angpt.train.dist import DistInfo
 
 
-def git_revision() -> str | None:
+def git_revision(where: Path | None = None) -> str | None:
+    """The commit of the source tree at `where` (default: this package's), with "+dirty" when tracked files differ.
+
+    None outside a git checkout (an installed wheel) or without git. A run made from uncommitted code says so, so
+    that its numbers are never attributed to a commit that did not produce them.
+    """
+    here = where or Path(__file__).resolve().parent
+    run = {"cwd": here, "capture_output": True, "text": True, "timeout": 5}
     try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        head = subprocess.run(["git", "rev-parse", "HEAD"], **run)
+        sha = head.stdout.strip()
+        if head.returncode != 0 or not sha:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run)
+        return sha + "+dirty" if status.returncode == 0 and status.stdout.strip() else sha
     except (OSError, subprocess.SubprocessError):
         return None
 
