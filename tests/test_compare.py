@@ -516,22 +516,224 @@ def test_runs_go_budget_by_budget(data_dir):
     assert len([s for s in rec.order if s.arm == "r" and s.seed == 0]) == 3 * 2 * 2  # 2 LRs x 2 settings x 3
 
 
-def test_an_interrupted_comparison_holds_every_arm_at_the_budgets_it_finished(data_dir, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def cut(data_dir, tmp_path_factory):
+    """A comparison stopped by Ctrl-C at its first run of seed 1 at the second budget (8 steps): every run of the
+    first budget and seed 0's of the second finished, seed 1's of the second did not. (plan, out, stderr)."""
+    import contextlib
+    import io
+
     from angpt.train import loop
 
     real = loop.train
 
-    def stop_at_the_second_budget(cfg):
-        if cfg.train.max_steps == 8:  # the first run at 4096 tokens: as if Ctrl-C arrived
+    def stop_at_seed_1_of_the_second_budget(cfg):
+        if cfg.train.max_steps == 8 and cfg.train.seed == 1:  # as if Ctrl-C arrived
             raise KeyboardInterrupt
         return real(cfg)
 
-    monkeypatch.setattr(loop, "train", stop_at_the_second_budget)
     plan = tiny_plan(data_dir, lr_grid=[1])
-    with pytest.raises(KeyboardInterrupt):
-        run_comparison(plan, tmp_path / "cut", threads=1, progress=False)
-    done = {p.relative_to(tmp_path / "cut" / "runs").parts[:3] for p in (tmp_path / "cut").rglob("result.json")}
-    assert done == {(a.slug, "2048", f"seed{s}") for a in plan.arms for s in plan.seeds}
+    out = tmp_path_factory.mktemp("cut") / "cut"
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        mp.setattr(loop, "train", stop_at_seed_1_of_the_second_budget)
+        with pytest.raises(KeyboardInterrupt):
+            run_comparison(plan, out, threads=1, progress=False, command="angpt compare (cut)")
+    return plan, out, err.getvalue()
+
+
+def test_an_interrupted_comparison_holds_every_arm_at_the_budgets_it_finished(cut):
+    plan, out, _ = cut
+    done = {p.relative_to(out / "runs").parts[:3] for p in out.rglob("result.json")}
+    assert done == {(a.slug, "2048", f"seed{s}") for a in plan.arms for s in plan.seeds} | {
+        (a.slug, "4096", "seed0") for a in plan.arms
+    }
+
+
+def test_an_interrupted_comparison_leaves_a_partial_report(cut):
+    """report.md says PARTIAL at the top, lists every finished run with the final loss its result.json records and
+    the others as missing; means, tests and verdicts only where every seed of both arms finished (2Ki here)."""
+    from angpt.compare.plan import format_lr
+
+    plan, out, err = cut
+    assert "partial report (6 of 8 planned runs finished)" in err
+    md = (out / "report.md").read_text()
+    head = md.splitlines()
+    assert head[0].endswith("— PARTIAL")
+    assert head[2].startswith("**PARTIAL report: 6 of 8 planned runs finished; re-run the same command to resume.**")
+    data = json.loads((out / "report.json").read_text())
+    assert (data["partial"]["finished"], data["partial"]["planned"]) == (6, 8)
+    rows = {(r["arm"], r["budget"], r["seed"]): r for r in data["partial"]["runs"]}
+    assert len(rows) == len(data["partial"]["runs"]) == 8
+    loss = {}
+    for arm in plan.arms:
+        lr = plan.initial_grid(arm)[0]
+        for b, s in [(2048, 0), (2048, 1), (4096, 0)]:
+            rec = json.loads((plan.run_dir(out, arm, b, s, lr) / "result.json").read_text())
+            loss[arm.label, b, s] = rec["val_loss"]
+            row = rows[arm.label, b, s]
+            assert (row["status"], row["val_loss"]) == ("finished", rec["val_loss"])
+            assert (
+                f"| {arm.label} | {b // 1024}Ki | {s} | {format_lr(lr)} | – | {row['role']} | {rec['val_loss']:.4f} |"
+                in md
+            )
+            assert data["arms"][arm.label]["budgets"][b // 2048 - 1]["val_loss"][str(s)] == rec["val_loss"]
+        assert (rows[arm.label, 4096, 1]["status"], rows[arm.label, 4096, 1]["val_loss"]) == ("missing", None)
+        assert f"| {arm.label} | 4Ki | 1 | {format_lr(lr)} | – | main | missing |" in md
+        first, second = data["arms"][arm.label]["budgets"]
+        assert first["missing"] == [] and first["val_loss_mean"] == pytest.approx(
+            (loss[arm.label, 2048, 0] + loss[arm.label, 2048, 1]) / 2, rel=1e-12
+        )
+        # Seed 0 finished at 4Ki: listed, but no mean of one seed passes for the arm's loss there.
+        assert second["missing"] == [1] and second["val_loss_mean"] is None and second["n"] == 0
+        assert f"| {arm.label} | {format_lr(lr)} | {first['val_loss_mean']:.4f} ± " in md
+        assert "| missing (1 of 2 seeds) |" in md
+    angpt = data["arms"]["angpt"]
+    diff = [loss["angpt", 2048, s] - loss["gpt+", 2048, s] for s in (0, 1)]
+    assert angpt["budgets"][0]["compared"] and angpt["budgets"][0]["difference"]["n_pairs"] == 2
+    assert angpt["budgets"][0]["difference"]["mean_diff"] == pytest.approx(sum(diff) / 2, rel=1e-12)
+    assert not angpt["budgets"][1]["compared"] and angpt["budgets"][1]["difference"]["mean_diff"] is None
+    assert angpt.get("speedup") is None and "| angpt | – (runs missing) |" in md
+    (line,) = data["verdicts"]
+    assert line.startswith("smoke test: partial: angpt vs gpt+ at 2Ki tokens: final loss")
+    assert "runs missing at 4Ki: no speedup yet" in line and f"{abs(sum(diff) / 2):.4f}" in line
+
+
+def test_report_only_rewrites_a_partial_store_and_reads_past_half_written_records(cut, tmp_path, monkeypatch, capsys):
+    from angpt.train import loop
+
+    plan, cut_out, _ = cut
+    out = tmp_path / "copy"
+    shutil.copytree(cut_out, out)
+    monkeypatch.setattr(loop, "train", lambda cfg: pytest.fail("--report-only trained"))
+    before = json.loads((out / "report.json").read_text())
+    assert cli("--out", out, "--report-only") == 0
+    assert "PARTIAL: 6 of 8 planned runs finished" in capsys.readouterr().out
+    after = json.loads((out / "report.json").read_text())
+    assert after["arms"] == before["arms"] and after["partial"] == before["partial"]
+    assert after["command"] == "angpt compare (cut)" and after["rewritten_by"].startswith("angpt ")  # sys.argv here
+    # A run killed while writing: a torn result.json (gpt+) and a torn last metrics line (angpt), both seed 1 at 2Ki.
+    torn = [plan.run_dir(out, a, 2048, 1, plan.initial_grid(a)[0]) for a in plan.arms]
+    text = (torn[0] / "result.json").read_text()
+    (torn[0] / "result.json").write_text(text[: len(text) // 2])
+    with open(torn[1] / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 5, "lo')
+    runs = snapshot(out / "runs")
+    assert cli("--out", out, "--report-only") == 0
+    data = json.loads((out / "report.json").read_text())
+    rows = {(r["arm"], r["budget"], r["seed"]): r["status"] for r in data["partial"]["runs"]}
+    assert rows["gpt+", 2048, 1] == rows["angpt", 2048, 1] == "missing" and data["partial"]["finished"] == 4
+    assert data["verdicts"] == ["smoke test: angpt vs gpt+: no budget has every seed of both arms finished yet; "
+                                "no verdict (partial)."]  # fmt: skip
+    assert snapshot(out / "runs") == runs  # the report never writes into a run
+
+
+def test_a_failed_partial_report_is_one_warning_and_the_exit_code_stands(data_dir, tmp_path, monkeypatch, capsys):
+    from angpt.compare import ComparisonInterrupted
+    from angpt.compare import report as report_module
+    from angpt.train import loop
+
+    def sigterm(cfg):
+        raise ComparisonInterrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(loop, "train", sigterm)
+    args = ["--data", data_dir, "--arms", "gpt+,angpt", "--budgets", "2048", "--seeds", "0", "--preset", "tiny"]
+    args += ["--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "2", "--dtype", "fp32", "--quiet"]
+    assert cli(*args, "--out", tmp_path / "a") == 143
+    assert "partial report (0 of 2 planned runs finished)" in capsys.readouterr().err
+    assert "**PARTIAL report: 0 of 2 planned runs finished;" in (tmp_path / "a" / "report.md").read_text()
+
+    def broken(*a, **kw):
+        raise RuntimeError("disk full\nsecond line")
+
+    monkeypatch.setattr(report_module, "write_stored_report", broken)
+    assert cli(*args, "--out", tmp_path / "b") == 143
+    err = capsys.readouterr().err.splitlines()
+    assert [e for e in err if "partial report" in e] == ["warning: no partial report written (RuntimeError: disk full"]
+    assert not (tmp_path / "b" / "report.md").exists() and (tmp_path / "b" / "plan.json").is_file()
+
+
+def test_report_only_on_a_finished_store_reproduces_its_report(compared, data_dir, tmp_path, monkeypatch, capsys):
+    from angpt.train import loop
+
+    plan, finished, _ = compared
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    (out / "report.md").unlink()
+    monkeypatch.setattr(loop, "train", lambda cfg: pytest.fail("--report-only trained"))
+    runs = snapshot(out / "runs")
+    assert cli("--out", out, "--report-only") == 0
+    full, again = (json.loads((d / "report.json").read_text()) for d in (finished, out))
+    assert again["arms"] == full["arms"] and again["verdicts"] == full["verdicts"]
+    assert again["partial"] is None and again["command"] == full["command"] == "angpt compare (test)"
+    md = (out / "report.md").read_text()
+    assert "PARTIAL" not in md and "rewritten from the run store by `angpt " in md
+    # The run's own flags may come along; they must describe the stored plan.
+    flags = ["--data", data_dir, "--arms", "gpt+,angpt", "--budgets", "2048,4096", "--seeds", "0,1", "--preset"]
+    flags += ["tiny", "--batch-tokens", "512", "--lr-grid", "1,2", "--max-extensions", "1", "--eval-batches", "2"]
+    flags += ["--eval-points", "2", "--dtype", "fp32"]
+    assert cli(*flags, "--out", out, "--report-only") == 0
+    capsys.readouterr()
+    assert cli(*flags[:7], "0,1,2", *flags[8:], "--out", out, "--report-only") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds this comparison with other seeds [0, 1] -> [0, 1, 2]" in err
+    assert snapshot(out / "runs") == runs
+
+
+def test_report_only_without_a_store_is_one_line_and_writes_nothing(tmp_path, capsys):
+    assert cli("--out", tmp_path / "none", "--report-only") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds no angpt compare report (no plan.json)" in err
+    assert not (tmp_path / "none").exists()
+    for i, text in enumerate(["{not json", '{"arms": []}']):
+        bad = tmp_path / f"bad{i}"
+        bad.mkdir()
+        (bad / "plan.json").write_text(text)
+        assert cli("--out", bad, "--report-only") == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "plan.json is unreadable" in err
+        assert os.listdir(bad) == ["plan.json"]
+    assert cli("--out", tmp_path / "run", "--budgets", "2048") == 2  # a run still needs its dataset
+    assert "--data is required" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_the_store_is_read_without_guessing_a_sweep_that_has_not_settled(data_dir, tmp_path):
+    """A hand-written store: gpt+ done at both budgets; a re-tuned arm's sweep at 4Ki has one of its two settings
+    finished. Its 4Ki main runs are missing with no LR (not the 2Ki choice), and 8 of 10 planned runs count."""
+    from angpt.compare.store import PLAN_FILE, RunSpec, write_json
+    from angpt.compare.stored import read_store
+
+    plan = make_plan(data_dir, **TINY, arms=["gpt+", "r=gpt+[tune.weight_decay=0:0.1]"], seeds=[0, 1], lr_grid=[1])
+    out = tmp_path / "hand"
+    out.mkdir()
+    write_json(out / PLAN_FILE, plan.to_dict())
+    lr = 0.002
+    wd0, wd1 = (("weight_decay", 0.0),), (("weight_decay", 0.1),)
+
+    def finish(arm, budget, seed, setting, loss):
+        run = plan.run_dir(out, plan.arm(arm), budget, seed, lr, setting)
+        run.mkdir(parents=True)
+        steps = plan.steps(budget)
+        (run / "metrics.jsonl").write_text(json.dumps({"step": steps, "tokens": budget, "val_loss": loss}) + "\n")
+        write_json(run / "result.json", {"status": "finished", "steps": steps, "val_loss": loss, "seed": seed})
+
+    for b, base in ((2048, 4.0), (4096, 3.0)):
+        finish("gpt+", b, 0, (), base)
+        finish("gpt+", b, 1, (), base + 0.1)
+    finish("r", 2048, 0, wd0, 4.2)
+    finish("r", 2048, 0, wd1, 3.9)  # the best setting at 2Ki
+    finish("r", 2048, 1, wd1, 3.95)
+    finish("r", 4096, 0, wd1, 2.8)  # the 2Ki choice, at 4Ki: one point of the sweep there, not yet a main run
+    stored = read_store(out)
+    assert stored.sweeps["r"][2048].best == (lr, wd1) and 4096 not in stored.sweeps["r"]
+    assert stored.unsettled == {"r": [4096]}
+    assert {k[:3] for k in stored.records if k[0] == "r"} == {("r", 2048, 0), ("r", 2048, 1)}
+    assert (stored.finished, len(stored.runs)) == (8, 10) and not stored.complete
+    r4 = [(x["seed"], x["lr"], x["role"], x["status"]) for x in stored.runs if (x["arm"], x["budget"]) == ("r", 4096)]
+    assert sorted(r4, key=str) == sorted(
+        [(0, lr, "sweep", "finished"), (0, lr, "sweep", "missing"), (1, None, "main", "missing")], key=str
+    )
+    assert RunSpec("r", 2048, 0, lr, wd1).key() in stored.records
 
 
 def _children(pid: int) -> list[int]:

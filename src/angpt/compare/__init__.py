@@ -68,6 +68,7 @@ __all__ = [
     "parse_settings",
     "paired_ttest",
     "parse_tokens",
+    "rewrite_report",
     "run_comparison",
     "speedups",
     "split_arms",
@@ -128,7 +129,8 @@ def run_comparison(
     A largest budget below the horizon of docs/protocol.md#horizon is a warning (one line on stderr, and in the
     report, which is labelled a smoke test); with `strict` it is a UserError before anything runs. `dry_run`
     prints the planned runs and a measured time estimate and writes nothing. SIGINT or SIGTERM stops after the
-    running jobs save a checkpoint (ComparisonInterrupted); re-running resumes. `sample` (a prompt) ends the report
+    running jobs save a checkpoint (ComparisonInterrupted) and a PARTIAL report is written from the finished runs
+    (rewrite_report does the same for a comparison that died); re-running resumes. `sample` (a prompt) ends the report
     with each arm's continuation of it (`sample_tokens` tokens at most). `before_main(runner, specs)` is
     called at each budget with its main runs about to run, after that budget's sweeps (angpt.scaling seeds WSD
     branches there).
@@ -230,6 +232,17 @@ def _run_locked(
     except KeyboardInterrupt:
         bar.close()
         print(f"comparison interrupted: re-run the same command to resume ({report_dir})", file=sys.stderr)
+        _write_partial(
+            plan,
+            report_dir,
+            command=command,
+            jobs=jobs,
+            threads=threads,
+            horizon=horizon,
+            jobs_measurement=measured,
+            sample=sample,
+            sample_tokens=sample_tokens,
+        )
         raise
     finally:
         bar.close()
@@ -257,3 +270,97 @@ def _run_locked(
         horizon=horizon,
         jobs_measurement=measured,
     )
+
+
+def _write_partial(plan: Plan, report_dir: Path, **kw: Any) -> None:
+    """The report of an interrupted comparison, from what its store holds (PARTIAL unless every run finished).
+
+    It only reads the runs and writes the report's own files; a failure costs one warning line and leaves the
+    interruption (its exit code) to stand.
+    """
+    from angpt.compare.report import write_stored_report
+
+    try:
+        _, files, stored = write_stored_report(report_dir, plan, **kw)
+    except Exception as e:  # noqa: BLE001 - the interruption, not its report, decides how the command ends
+        print(f"warning: no partial report written ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    what = "report" if stored.complete else "partial report"
+    print(
+        f"{what} ({stored.finished} of {len(stored.runs)} planned runs finished): {files['report.md']}", file=sys.stderr
+    )
+
+
+def rewrite_report(
+    report_dir: str | Path,
+    *,
+    plan: Plan | None = None,
+    command: str | None = None,
+    sample: str | None = None,
+    sample_tokens: int = 80,
+) -> Report:
+    """Rewrite report.md, report.json and the plots of the comparison in `report_dir` from its run store, training
+    nothing (``angpt compare --report-only``): complete, or PARTIAL while runs are missing (see
+    angpt.compare.report.write_stored_report).
+
+    The plan is the directory's plan.json; a `plan` given (the run's flags) must be that plan. The command, jobs,
+    threads and machine the runs were recorded with come from the report there, if any; `command` (default: this
+    process's) is recorded as the one that rewrote it. A directory without a readable plan.json, or held by a
+    running comparison, is a UserError and nothing is written.
+    """
+    from angpt.compare.horizon import horizon as plan_horizon
+    from angpt.compare.jobs import JOBS_FILE
+    from angpt.compare.report import write_stored_report
+    from angpt.compare.store import check_report_dir, report_lock
+    from angpt.compare.stored import load_plan
+    from angpt.errors import UserError
+
+    report_dir = Path(report_dir)
+    stored_plan = load_plan(report_dir)
+    if plan is not None:
+        changes = check_report_dir(plan, report_dir)  # a different comparison: UserError
+        if changes:
+            raise UserError(
+                f"{report_dir} holds this comparison with other {'; '.join(changes)}: --report-only rewrites the "
+                "stored plan's report; drop the plan flags or repeat the stored ones"
+            )
+    earlier = _read_json(report_dir / "report.json") or {}
+    measured = _read_json(report_dir / JOBS_FILE)
+    try:
+        hz: dict[str, Any] | None = plan_horizon(stored_plan).to_dict()
+    except (UserError, OSError, ValueError):  # the dataset has moved since the runs
+        hz = earlier.get("horizon")
+    with report_lock(report_dir):
+        data, files, stored = write_stored_report(
+            report_dir,
+            stored_plan,
+            command=earlier.get("command") or "n/a (no earlier report)",
+            jobs=earlier.get("jobs"),
+            threads=earlier.get("threads"),
+            horizon=hz,
+            jobs_measurement=measured,
+            machine=earlier.get("machine"),
+            rewritten_by=command if command is not None else shlex.join(["angpt", *sys.argv[1:]]),
+            sample=sample,
+            sample_tokens=sample_tokens,
+        )
+    return Report(
+        report_dir=report_dir,
+        plan=stored_plan,
+        dry_run=False,
+        sweeps=stored.sweeps,
+        data=data,
+        files=files,
+        horizon=hz,
+        jobs_measurement=measured,
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

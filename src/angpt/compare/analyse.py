@@ -4,6 +4,7 @@ verdicts and warnings."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from angpt.compare.collect import ArmRuns
@@ -113,6 +114,16 @@ def _difference(plan: Plan, base: ArmRuns, cand: ArmRuns, b: int) -> dict[str, A
     }
 
 
+# A budget where a seed of the arm or of the baseline has not finished: no difference is computed there.
+_MISSING_DIFFERENCE: dict[str, Any] = {
+    "n_pairs": 0,
+    "mean_diff": None,
+    "paired": None,
+    "welch": None,
+    "note": "n/a (runs missing: partial report)",
+}
+
+
 def _stability(plan: Plan, r: ArmRuns) -> dict[str, Any]:
     """The largest pre-clip gradient norm of the arm's main runs against its run's median, and loss spikes."""
     worst: dict[str, Any] | None = None
@@ -132,14 +143,27 @@ def _stability(plan: Plan, r: ArmRuns) -> dict[str, Any]:
     return {**(worst or {}), "loss_spikes": spikes, "spiky_runs": spiky, "unstable": unstable}
 
 
+def _complete(r: ArmRuns) -> ArmRuns:
+    """The arm's runs at the budgets where every seed has finished: what statistics may use in a partial report."""
+    done = [b for b in r.final if not r.missing.get(b)]
+    return replace(r, final={b: r.final[b] for b in done}, bpb={b: r.bpb.get(b, {}) for b in done})
+
+
 def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, Any]:
     """Every number of the report, per arm: losses, bpb, improvement, paired and Welch tests, speedup, step time,
-    stability, sweeps and the (LR, setting) chosen at each budget."""
+    stability, sweeps and the (LR, setting) chosen at each budget.
+
+    An arm x budget with a seed missing (a partial report) lists the losses finished there but gets no mean, test
+    or speedup: those need every seed of both arms (`compared` says whether a budget's difference was computed).
+    """
+    all_runs = runs
+    runs = {label: _complete(r) for label, r in runs.items()}
     base = runs[plan.baseline]
     base_step = median(base.step_times)
     arms: dict[str, Any] = {}
     for arm in plan.arms:
         r = runs[arm.label]
+        listed = all_runs[arm.label]
         arm_sweeps = [sweeps[arm.label][b] for b in sorted(sweeps.get(arm.label, {}))]
         entry: dict[str, Any] = {
             "arch": arm.arch,
@@ -153,9 +177,9 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
             "budgets": [],
         }
         for b in plan.budgets:
-            losses = [r.final.get(b, {}).get(s) for s in plan.seeds]
+            losses = [listed.final.get(b, {}).get(s) for s in plan.seeds]
             losses = [x for x in losses if x is not None]
-            fin = _finite(losses)
+            fin = _finite(r.final.get(b, {}).values())  # empty where a seed is missing
             bpbs = _finite(r.bpb.get(b, {}).values())
             lr, setting = r.choice.get(b, (None, ()))
             row: dict[str, Any] = {
@@ -163,26 +187,29 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
                 "steps": plan.steps(b),
                 "lr": lr,
                 "setting": dict(setting),
-                "val_loss": {str(s): r.final.get(b, {}).get(s) for s in plan.seeds},
+                "val_loss": {str(s): listed.final.get(b, {}).get(s) for s in plan.seeds},
+                "missing": list(listed.missing.get(b, [])),
                 "val_loss_mean": mean(fin),
                 "val_loss_std": std(fin),
                 "val_bpb_mean": mean(bpbs),
                 "val_bpb_std": std(bpbs),
                 "n": len(fin),
-                "diverged": len(losses) - len(fin),
+                "diverged": len(losses) - len(_finite(losses)),
             }
             if arm.label != plan.baseline:
                 bfin = _finite(base.final.get(b, {}).values())
                 bm = mean(bfin)
                 row["rel_improvement_pct"] = (bm - row["val_loss_mean"]) / bm * 100 if fin and bm else None
-                row["difference"] = _difference(plan, base, r, b)
+                row["compared"] = not listed.missing.get(b) and not all_runs[plan.baseline].missing.get(b)
+                row["difference"] = _difference(plan, base, r, b) if row["compared"] else dict(_MISSING_DIFFERENCE)
                 row["welch"] = row["difference"]["welch"]
             entry["budgets"].append(row)
         st = median(r.step_times)
         entry["step_time_median"] = st
         entry["step_time_ratio"] = st / base_step if st and base_step else None
         entry["stability"] = _stability(plan, r)
-        if arm.label != plan.baseline and r.lr is not None and base.lr is not None:
+        complete = all(row.get("compared", True) for row in entry["budgets"])
+        if arm.label != plan.baseline and r.lr is not None and base.lr is not None and complete:
             last = entry["budgets"][-1]
             diff = last["difference"]["mean_diff"]
             if diff is None and last["val_loss_mean"] is not None and base.final.get(plan.budgets[-1]):
@@ -240,9 +267,21 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
     """One plain-language line on an arm against the baseline, led by the difference at the largest budget."""
     b = plan.baseline
     prefix = "smoke test: " if smoke else ""
-    if entry["lr"] is None:
+    rows = entry["budgets"]
+    if entry["lr"] is None and not rows[0].get("missing"):
         return f"{prefix}{label}: every LR of its sweep diverged; no comparison possible."
-    last = entry["budgets"][-1]
+    waiting = [format_tokens(r["budget"]) for r in rows if not r.get("compared", True)]
+    if waiting:  # a partial report: the largest budget every seed of both arms finished leads, nothing else is said
+        done = [r for r in rows if r.get("compared", True)]
+        if not done:
+            return f"{prefix}{label} vs {b}: no budget has every seed of both arms finished yet; no verdict (partial)."
+        last = done[-1]
+        head = f"{prefix}partial: {label} vs {b} at {format_tokens(last['budget'])} tokens"
+        parts = [f"{head}: {difference_text(plan, last)}", f"runs missing at {', '.join(waiting)}: no speedup yet"]
+        if entry.get("step_time_ratio") is not None:
+            parts.append(f"steps take {entry['step_time_ratio']:.2f}x the baseline's time")
+        return "; ".join(parts) + "."
+    last = rows[-1]
     parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
     sp = entry.get("speedup")
     if sp is None:

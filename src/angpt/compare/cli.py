@@ -11,7 +11,8 @@ from angpt.errors import UserError
 DESCRIPTION = """\
 Train every arm at every token budget and seed (each budget a full run with its own cosine schedule), after a
 per-arm learning-rate sweep at the smallest budget, and write report.md, report.json and plots into --out.
-Re-running the same command skips finished runs and resumes interrupted ones. See docs/compare.md.
+Re-running the same command skips finished runs and resumes interrupted ones; an interrupted comparison leaves a
+PARTIAL report, and `angpt compare --out DIR --report-only` rewrites the report from DIR's runs. See docs/compare.md.
 
 arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, tokenformer, dyt, ln_scaling, ngpt_bounded; any arm takes
   overrides, e.g. 'angpt[nu_att=sqrt_pos]' or 'sqrtpos=angpt[nu_att=sqrt_pos,alpha_init=0.01]' (quote them in the
@@ -131,10 +132,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
     from angpt.compare import ComparisonInterrupted, run_comparison
 
-    plan = plan_from_args(args)
     if args.sample_tokens < 1:
         raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
     command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
+    if args.report_only:
+        return _report_only(args, command)
+    if args.data is None:
+        raise UserError("--data is required: a dataset folder written by `angpt prepare`")
+    plan = plan_from_args(args)
     try:
         report = run_comparison(
             plan,
@@ -161,6 +166,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_only(args: argparse.Namespace, command: str) -> int:
+    """`--report-only`: rewrite the report of --out from its store (the flags of the run, if given, must match)."""
+    from angpt.compare import rewrite_report
+    from angpt.compare.stored import load_plan
+
+    if args.dry_run:
+        raise UserError("--report-only trains nothing already: drop --dry-run")
+    plan = None
+    if args.budgets is not None:  # the run's flags: they must describe the stored plan (its data by default)
+        plan = plan_from_args(args, data=args.data or load_plan(args.out).data)
+    report = rewrite_report(args.out, plan=plan, command=command, sample=args.sample, sample_tokens=args.sample_tokens)
+    for line in report.verdicts:
+        print(line)
+    for w in report.data.get("warnings", []):
+        print(f"warning: {w}")
+    partial = report.data.get("partial")
+    if partial:
+        print(f"PARTIAL: {partial['finished']} of {partial['planned']} planned runs finished")
+    print(f"report rewritten from the store, nothing trained: {report.files['report.md']}")
+    return 0
+
+
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
     s = subparsers.add_parser(
@@ -170,7 +197,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # `--budget` must not silently mean `--budgets`
     )
-    s.add_argument("--data", required=True, help="a dataset folder written by `angpt prepare`")
+    s.add_argument("--data", default=None, help="a dataset folder written by `angpt prepare` (required to run)")
     s.add_argument("--out", required=True, help="report directory (created; re-use it to resume)")
     s.add_argument("--arms", default="gpt,gpt+,ngpt,angpt", help="comma-separated arms (default: %(default)s)")
     s.add_argument("--baseline", default=None, help="the arm the others are measured against (default: gpt+)")
@@ -208,6 +235,12 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
     s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
     s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
+    s.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite --out's report from its finished runs (PARTIAL while some are missing); trains nothing, "
+        "needs no other flag",
+    )
     s.add_argument(
         "--strict",
         action="store_true",

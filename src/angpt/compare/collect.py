@@ -24,12 +24,15 @@ class ArmRuns:
     curves: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # seed -> (tokens, val loss), largest
     choice: dict[int, tuple[float, Setting]] = field(default_factory=dict)  # budget -> (LR, setting) used there
     health: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)  # budget -> seed -> run_health
+    missing: dict[int, list[int]] = field(default_factory=dict)  # budget -> seeds with no record yet (partial)
 
 
 def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, dict]) -> dict[str, ArmRuns]:
     """Final losses, bits per byte, step times, stability and the largest budget's validation curves of every arm.
 
-    Only runs in `records` count: a budget or seed not reached yet (an interrupted comparison) is absent.
+    Only runs in `records` count: a budget or seed not reached yet (an interrupted comparison) is absent from
+    `final` and listed in `missing`, as is every seed of a budget whose sweep has not settled. Curves are kept only
+    where every seed finished (a mean over the seeds done so far would pass for the arm's curve).
     """
     out: dict[str, ArmRuns] = {}
     for arm in plan.arms:
@@ -37,6 +40,10 @@ def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, d
         runs = ArmRuns(arm.label, None if first is None else first[0])
         out[arm.label] = runs
         for b in plan.budgets:
+            due = b if plan.tunes_at(arm, b) else plan.sweep_budget
+            if due not in sweeps.get(arm.label, {}):
+                runs.missing[b] = list(plan.seeds)
+                continue
             point = chosen(plan, sweeps, arm.label, b)
             if point is None:
                 continue
@@ -46,6 +53,7 @@ def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, d
                 spec = RunSpec(arm.label, b, s, point[0], point[1])
                 rec = records.get(spec.key())
                 if rec is None:
+                    runs.missing.setdefault(b, []).append(s)
                     continue
                 diverged = rec["status"] != "finished" or rec.get("val_loss") is None
                 runs.final[b][s] = math.inf if diverged else float(rec["val_loss"])
@@ -57,4 +65,6 @@ def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, d
                 runs.step_times += [r["step_time"] for r in rows if "step_time" in r and r["step"] > 1]
                 if b == plan.budgets[-1]:
                     runs.curves[s] = [(int(r["tokens"]), float(r["val_loss"])) for r in rows if "val_loss" in r]
+        if runs.missing.get(plan.budgets[-1]):
+            runs.curves = {}
     return out

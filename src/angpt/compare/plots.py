@@ -77,7 +77,8 @@ def write_plots(
     ax.set_ylabel("validation loss (nats/token)" + (", log scale" if wants_log_y(plotted) else ""))
     ax.set_title(f"validation loss, {format_tokens(plan.budgets[-1])}-token runs ({spread_note(n_seeds)})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if plotted:  # a partial report may have no finished curve at the largest budget yet
+        ax.legend(fontsize=8)
     fig.tight_layout()
     files["val_loss_vs_tokens"] = out / "val_loss_vs_tokens.png"
     fig.savefig(files["val_loss_vs_tokens"], dpi=110)
@@ -108,7 +109,8 @@ def write_plots(
     what = "mean ± std over seeds" if n_seeds > 1 else "one seed"
     ax.set_title(f"final validation loss vs budget ({what})")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    if plotted:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     files["final_loss_vs_budget"] = out / "final_loss_vs_budget.png"
     fig.savefig(files["final_loss_vs_budget"], dpi=110)

@@ -41,6 +41,8 @@ def _reach_cell(d: dict) -> str:
 
 def _diff_cell(row: dict[str, Any]) -> str:
     """'-0.0520 [-0.0810, -0.0230], p=0.012 (W 0.031)': the paired mean difference, its 95% CI and both p-values."""
+    if not row.get("compared", True):
+        return "runs missing"
     d = row.get("difference") or {}
     if d.get("mean_diff") is None:
         return "–"
@@ -73,14 +75,24 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     mach, ds = report["machine"], report["dataset"]
     hz = report.get("horizon") or {}
     smoke = " — smoke test, not evidence" if hz.get("short") else ""
-    lines = [f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}", ""]
+    partial = report.get("partial")
+    title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}"
+    lines = [title + (" — PARTIAL" if partial else ""), ""]
+    if partial:
+        lines += [
+            f"**PARTIAL report: {partial['finished']} of {partial['planned']} planned runs finished; re-run the same "
+            "command to resume.** Runs not finished are listed as missing (never estimated); means, tests, verdicts "
+            "and speedups cover only the budgets where every seed of both arms has finished "
+            "([runs](#runs-so-far) below).",
+            "",
+        ]
     lines += [
         f"- date: {mach['date']}",
         f"- command: `{report['command']}`",
         f"- angpt {mach['angpt_version']} (git {mach['git_revision'] or 'n/a'}), torch {mach['torch_version']}, "
         f"python {mach['python_version']}",
         f"- machine: {mach['hostname']} ({mach['platform']}); CPU {mach['cpu']} x{mach['cpu_cores']}; "
-        f"GPU {mach['gpu'] or 'none'}; {report['jobs']} job(s) x {report['threads']} thread(s), device {plan.device}",
+        f"GPU {mach['gpu'] or 'none'}; {_jobs(report)}, device {plan.device}",
         f"- data: {plan.data} (tokenizer {ds.get('tokenizer')}, vocab {ds.get('vocab_size')}, "
         f"{format_tokens(ds.get('train_tokens') or 0)} train / {format_tokens(ds.get('val_tokens') or 0)} val tokens; "
         f"fingerprint {plan.data_fingerprint.get('digest')})",
@@ -91,6 +103,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         f"- budgets: {', '.join(format_tokens(b) for b in plan.budgets)} tokens (each a full run with its own cosine "
         f"schedule); seeds {', '.join(map(str, plan.seeds))} (same init seed and data order for every arm)",
     ]
+    if report.get("rewritten_by"):
+        lines.append(f"- rewritten from the run store by `{report['rewritten_by']}` (nothing trained)")
     if hz:
         lines.append(
             f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
@@ -127,14 +141,14 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     for label, e in arms.items():
         cells = []
         for r in e["budgets"]:
-            c = _pm(r["val_loss_mean"], r["val_loss_std"])
+            c = _missing(r, n_seeds) or _pm(r["val_loss_mean"], r["val_loss_std"])
             if r["diverged"]:
                 c += f" ({r['diverged']} diverged)"
             cells.append(c)
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
     lines += ["", f"## Validation bits per byte ({spread})", "", head, sep]
     for label, e in arms.items():
-        cells = [_pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
+        cells = [_missing(r, n_seeds) or _pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
 
     tuned = [label for label, e in arms.items() if e.get("tune")]
@@ -178,7 +192,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             cells = []
             for r in arms[label]["budgets"]:
                 rel = r.get("rel_improvement_pct")
-                cells.append("–" if rel is None else f"{rel:+.2f}%")
+                cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
         lines += [
@@ -199,7 +213,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         for label in others:
             sp = arms[label].get("speedup")
             if not sp:
-                lines.append(f"| {label} | – | – | – | – |")
+                lacking = any(not r.get("compared", True) for r in arms[label]["budgets"])
+                lines.append(f"| {label} | {'– (runs missing)' if lacking else '–'} | – | – | – |")
                 continue
             val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
             if not sp["established"]:
@@ -271,6 +286,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
                 lines.append("| " + " | ".join(cells) + " |")
 
+    if partial:
+        lines += _runs_so_far(plan, partial)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
     lines += [
@@ -298,3 +315,41 @@ def _lr_cell(e: dict[str, Any]) -> str:
     if e.get("tune"):
         return "per budget"
     return format_lr(next(iter(lrs)))
+
+
+def _missing(row: dict[str, Any], n_seeds: int) -> str | None:
+    """'missing (1 of 3 seeds)' for an arm x budget a partial report has no mean for; None when it has every seed."""
+    return f"missing ({len(row['missing'])} of {n_seeds} seeds)" if row.get("missing") else None
+
+
+def _jobs(report: dict[str, Any]) -> str:
+    if report.get("jobs") is None:  # rewritten from a store whose runs left no earlier report
+        return "jobs x threads not recorded"
+    return f"{report['jobs']} job(s) x {report['threads']} thread(s)"
+
+
+def _runs_so_far(plan: Plan, partial: dict[str, Any]) -> list[str]:
+    """A partial report's list of every planned run: its final validation loss, or that it is missing."""
+    lines = [
+        "",
+        "## Runs so far",
+        "",
+        f"{partial['finished']} of {partial['planned']} planned runs finished. Each run's final validation loss as "
+        "its result.json records it; a run without one is missing (an interrupted run resumes from its last "
+        "checkpoint when the command is re-run). A sweep still waiting for runs may add LRs at an edge of its grid, "
+        "and decides the LR of its arm's main runs (lr –).",
+        "",
+        "| arm | tokens | seed | lr | setting | role | final val loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in partial["runs"]:
+        loss = {"missing": "missing", "diverged": "diverged"}.get(r["status"]) or _fmt(r["val_loss"])
+        lr = format_lr(r["lr"]) if r["lr"] is not None else "–"
+        setting = format_setting(tuple(r["setting"].items())) or "–"
+        cells = [r["arm"], format_tokens(r["budget"]), str(r["seed"]), lr, setting, r["role"], loss]
+        lines.append("| " + " | ".join(cells) + " |")
+    waiting = [
+        f"- {label}: its sweep at {', '.join(format_tokens(b) for b in budgets)} tokens is waiting for runs"
+        for label, budgets in partial.get("unsettled", {}).items()
+    ]
+    return lines + ([""] + waiting if waiting else [])

@@ -95,8 +95,13 @@ def run_health(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as indented JSON, atomically: a crash leaves the old file or the new one."""
+    write_text(path, json.dumps(data, indent=2))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` atomically: a crash (or a second Ctrl-C) leaves the old file or the new one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 

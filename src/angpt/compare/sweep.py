@@ -130,10 +130,10 @@ def run_sweeps(
 
 
 def chosen(plan: Plan, sweeps: Sweeps, label: str, budget: int) -> Point | None:
-    """The (LR, setting) an arm's runs at `budget` use: its own sweep there, else its sweep at the smallest budget;
-    None when every run of that sweep diverged (or it has not run)."""
-    by_budget = sweeps.get(label, {})
-    sw = by_budget.get(budget) or by_budget.get(plan.sweep_budget)
+    """The (LR, setting) an arm's runs at `budget` use: a tuned arm's own sweep there, another arm's sweep at the
+    smallest budget; None when every run of that sweep diverged (or it has not settled: never another budget's)."""
+    due = budget if plan.tunes_at(plan.arm(label), budget) else plan.sweep_budget
+    sw = sweeps.get(label, {}).get(due)
     return None if sw is None else sw.best
 
 

@@ -264,7 +264,7 @@ def run_batch_study(
 
 def analyse_batch(out: Path) -> dict[str, Any] | None:
     """The study's losses per arm and batch (mean over seeds) and each arm's critical batch; None without a study."""
-    from angpt.scaling.collect import Unfinished, settle_sweeps
+    from angpt.compare.stored import Unfinished, settle_sweeps
     from angpt.scaling.plan import chosen_lr
 
     path = Path(out) / BATCH_FILE

@@ -1,7 +1,7 @@
 """Reading a ladder's store: each size's sweeps and final losses, without training anything.
 
 Every size directory is a compare report directory; its plan.json says what ran there. The LR sweeps are settled by
-compare's own rule (angpt.compare.sweep.run_sweeps) over the stored records, so the report picks exactly the LRs
+compare's own rule over the stored records (angpt.compare.stored.settle_sweeps), so the report picks exactly the LRs
 the runs used.
 """
 
@@ -11,35 +11,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from angpt.compare.plan import Plan
-from angpt.compare.store import PLAN_FILE, RunSpec, load_record
-from angpt.compare.sweep import SweepResult, Sweeps, main_specs, run_sweeps
+from angpt.compare.stored import Unfinished, settle_sweeps
+from angpt.compare.sweep import SweepResult, Sweeps, main_specs
 from angpt.errors import UserError
 from angpt.scaling.plan import LADDER_FILE, Ladder
-
-
-class Unfinished(UserError):
-    """Some runs a sweep needs have no result yet."""
-
-
-class StoredRuns:
-    """A read-only stand-in for compare's Runner: the records on disk; asking for a missing run raises."""
-
-    def __init__(self, plan: Plan, report_dir: Path) -> None:
-        self.plan, self.report_dir = plan, report_dir
-
-    def known(self, spec: RunSpec) -> dict[str, Any] | None:
-        arm = self.plan.arm(spec.arm)
-        return load_record(
-            self.plan.run_dir(self.report_dir, arm, spec.budget, spec.seed, spec.lr), self.plan.steps(spec.budget)
-        )
-
-    def run(self, specs: list[RunSpec]) -> None:
-        missing = [s for s in specs if self.known(s) is None]
-        if missing:
-            raise Unfinished(f"{len(missing)} run(s) not finished in {self.report_dir}, e.g. {missing[0].name()}")
 
 
 @dataclass
@@ -87,25 +64,6 @@ def load_ladder(out: str | Path) -> Ladder:
         return Ladder.from_dict(json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError, TypeError, KeyError) as e:
         raise UserError(f"{path} is unreadable ({e})") from e
-
-
-def settle_sweeps(plan_dir: Path) -> tuple[Plan, Sweeps, StoredRuns]:
-    """The compare plan in `plan_dir`, its arms' sweeps at every budget they are due (compare's run_plan order)
-    settled from the stored runs, and those runs (Unfinished when a run a sweep needs has no result yet).
-
-    Only the sweeps are settled (not run_plan itself): a main run not finished yet leaves the sweeps readable."""
-    path = plan_dir / PLAN_FILE
-    if not path.is_file():
-        raise Unfinished(f"{plan_dir} has not started")
-    plan = Plan.from_dict(json.loads(path.read_text()))
-    runs = StoredRuns(plan, plan_dir)
-    sweeps: Sweeps = {a.label: {} for a in plan.arms}
-    for b in plan.budgets:
-        due = [a for a in plan.arms if plan.tunes_at(a, b)]
-        if due:
-            for label, sw in run_sweeps(plan, runs, b, due).items():
-                sweeps[label][b] = sw
-    return plan, sweeps, runs
 
 
 def at_smallest(plan: Plan, sweeps: Sweeps) -> dict[str, SweepResult]:
