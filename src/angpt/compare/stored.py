@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from angpt.compare.plan import Plan
-from angpt.compare.store import PLAN_FILE, RunSpec, load_record, read_rows
+from angpt.compare.store import PLAN_FILE, RunSpec, load_record
 from angpt.compare.sweep import Sweeps, main_specs, run_sweeps
 from angpt.errors import UserError
 
@@ -35,11 +35,8 @@ class StoredRuns:
 
     def known(self, spec: RunSpec) -> dict[str, Any] | None:
         if spec not in self._cache:
-            run_dir = spec.run_dir(self.plan, self.report_dir)
-            try:
-                rec = load_record(run_dir, self.plan.steps(spec.budget))
-                if rec is not None:
-                    read_rows(run_dir)  # the report reads them too: a torn metrics line makes the run unreadable
+            try:  # a finished record's metrics are read too: a torn last line makes it unreadable, not finished
+                rec = load_record(spec.run_dir(self.plan, self.report_dir), self.plan.steps(spec.budget))
             except (OSError, ValueError):
                 rec = None
             self._cache[spec] = rec
