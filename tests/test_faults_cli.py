@@ -118,6 +118,8 @@ def test_readme_command_lines_parse_as_written(line, argv, data_dir, monkeypatch
             cfg = run_config_from_args(args)
             if "--train.lr" in variant:
                 assert cfg.train.lr == float(variant[variant.index("--train.lr") + 1])
+        elif args.report_only:  # the plan comes from --out's plan.json: only the flags are checked
+            assert not args.extra and args.out, args
         else:
             assert not args.extra, args.extra
             plan_from_args(args, data=data_dir)  # the README's data folder does not exist here
