@@ -889,3 +889,14 @@ def test_jobs_auto_measures_for_real(data_dir, tmp_path, capsys):
     rec = jobs.choose_jobs(plan, 2, steps=2)
     assert [(c["jobs"], c["threads"]) for c in rec["candidates"]] == [(1, 2), (2, 1)]
     assert all(c["tokens_per_s"] > 0 for c in rec["candidates"])
+
+
+def test_a_result_file_that_is_json_but_not_a_record_counts_as_not_finished(tmp_path):
+    from angpt.compare.store import RESULT_FILE, load_record
+
+    (tmp_path / RESULT_FILE).write_text(json.dumps({"steps": 4, "status": "diverged", "val_loss": None}))
+    assert load_record(tmp_path, 4)["status"] == "diverged"  # a diverged run is done without metrics rows
+    assert load_record(tmp_path, 5) is None  # another plan's length
+    for stray in ("[1, 2]", "null", '"finished"', "3"):
+        (tmp_path / RESULT_FILE).write_text(stray)
+        assert load_record(tmp_path, 4) is None

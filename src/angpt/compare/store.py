@@ -63,6 +63,8 @@ def load_record(run_dir: Path, steps: int) -> dict[str, Any] | None:
         rec = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    if not isinstance(rec, dict):  # valid JSON, but not a record (a stray write): not finished
+        return None
     if rec.get("steps") != steps or rec.get("status") not in ("finished", "diverged"):
         return None
     if rec["status"] == "finished":
