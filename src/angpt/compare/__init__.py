@@ -226,39 +226,26 @@ def _run_locked(
     total, done = token_counts(plan, report_dir)
     bar = Progress(progress, max(total, done), min(done, max(total, done)))
     runner = Runner(plan, report_dir, jobs=jobs, threads=threads, progress=bar)
+    report_kw: dict[str, Any] = {
+        "command": command,
+        "jobs": jobs,
+        "threads": threads,
+        "horizon": horizon,
+        "jobs_measurement": measured,
+        "sample": sample,
+        "sample_tokens": sample_tokens,
+    }
     try:
         with TerminateAsInterrupt():
             sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=before_main)
     except KeyboardInterrupt:
         bar.close()
         print(f"comparison interrupted: re-run the same command to resume ({report_dir})", file=sys.stderr)
-        _write_partial(
-            plan,
-            report_dir,
-            command=command,
-            jobs=jobs,
-            threads=threads,
-            horizon=horizon,
-            jobs_measurement=measured,
-            sample=sample,
-            sample_tokens=sample_tokens,
-        )
+        _write_partial(plan, report_dir, **report_kw)
         raise
     finally:
         bar.close()
-    data, files = write_report(
-        plan,
-        report_dir,
-        sweeps,
-        runner.records,
-        command=command,
-        jobs=jobs,
-        threads=threads,
-        horizon=horizon,
-        jobs_measurement=measured,
-        sample=sample,
-        sample_tokens=sample_tokens,
-    )
+    data, files = write_report(plan, report_dir, sweeps, runner.records, **report_kw)
     return Report(
         report_dir=report_dir,
         plan=plan,
