@@ -671,3 +671,126 @@ def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_pl
     trunk = read_rows(root / "4096" / "seed0" / f"lr{best:g}")
     assert read_rows(root / "2048" / "seed0" / f"lr{best:g}")[:3] == trunk[:3]
     assert len(data.points) == 9
+
+
+# ------------------------------------------------------------------------------------------------- extension
+# 1 arm x 3 budgets of 1-3 steps, one validation batch at the end of each run
+SMALL = dict(
+    arms=["gpt+"], aspect=8, head_dim=8, budgets=[512, 1024, 1536], **{**TINY, "eval_batches": 1, "eval_points": 1}
+)
+
+
+def test_a_ladder_extends_by_a_larger_size_reusing_its_finished_runs(
+    data_dir, tmp_path, capsys, monkeypatch, one_thread, no_run_plots
+):
+    """depths 1,2,3 run (one run of L3_d24 unfinished), then 1,2,3,4 in the same OUT: the dry run marks the stored
+    sizes done or started and times only the runs left; the run trains those 4 runs and touches no stored run's
+    files; the report fits all 12 points."""
+    import dataclasses
+    import shutil
+
+    import angpt.scaling.estimate as estimate
+    import angpt.scaling.plots as scaling_plots
+    import angpt.scaling.report as scaling_report
+    from angpt.compare.estimate import estimate_run_seconds
+    from angpt.scaling import make_ladder, run_ladder
+    from angpt.scaling.collect import load_ladder
+
+    out = tmp_path / "ladder"
+    # The ladder's report (its fit is most of this test's time) is written once, by `angpt scaling report` at the end.
+    real_report = scaling_report.write_scaling_report
+    monkeypatch.setattr(scaling_report, "write_scaling_report", lambda *a, **k: ({}, {}))
+    big = make_ladder(data_dir, depths=[1, 2, 3, 4], **SMALL)
+    # depths 1,2,3 is big's first three sizes (that sizes do not depend on one another: the next test, by make_ladder)
+    small = dataclasses.replace(big, sizes=big.sizes[:3], dial={**big.dial, "depths": [1, 2, 3]})
+    assert run_ladder(small, out, threads=1, progress=False).trained == 9
+    (lost,) = (out / "sizes" / "L3_d24" / "runs" / "gpt+" / "1536" / "seed0").iterdir()
+    shutil.rmtree(lost)  # a half-finished ladder: its largest run of L3_d24 never ran
+    before = {p: p.stat().st_mtime_ns for p in (out / "sizes").glob("*/runs/**/*") if p.is_file()}
+    assert len([p for p in before if p.name == "result.json"]) == 8
+    capsys.readouterr()
+
+    measured = []
+
+    def fake_step_times(plan, threads):  # 100 s a step: the estimate in whole seconds, no timing noise
+        measured.append(plan.settings["model.n_layers"])
+        return {"gpt+": 100.0}, {"gpt+": 0.0}
+
+    monkeypatch.setattr(estimate, "measure_step_times", fake_step_times)
+    dry = run_ladder(big, out, threads=1, dry_run=True)
+    lines = dry.text.splitlines()
+    assert (
+        lines[0] == f"{out} holds this ladder with other depths [1, 2, 3] -> [1, 2, 3, 4]: finished runs will be reused"
+    )
+    rows = {line.split()[0]: line for line in lines if line.startswith("L")}
+    assert [n for n, line in rows.items() if line.endswith("[done: reused]")] == ["L1_d8", "L2_d16"]
+    assert rows["L3_d24"].endswith("[started: finished runs reused]")
+    assert "[" not in rows["L4_d32"].split(")")[-1]  # the new size: no store yet
+    assert "runs: 12 (" in dry.text and "8 of them finished already" in dry.text
+    assert measured == [3, 4]  # the sizes with runs left
+    new, started = big.size_plan(3), big.size_plan(2)
+    want = sum(estimate_run_seconds(new, 100.0, b, 0.0) for b in new.budgets)  # the new size's 3 runs
+    want += estimate_run_seconds(started, 100.0, 1536, 0.0)  # and L3_d24's lost one, nothing else
+    assert f"estimated time: {estimate._hms(want)} with 1 job(s)" in dry.text
+    assert load_ladder(out).dial["depths"] == [1, 2, 3]  # the dry run wrote nothing
+
+    result = run_ladder(big, out, threads=1, progress=False)
+    assert result.trained == 4
+    err = capsys.readouterr().err.splitlines()
+    assert f"extending {out}: depths [1, 2, 3] -> [1, 2, 3, 4] (finished runs are reused)" in err
+    after = {p: p.stat().st_mtime_ns for p in (out / "sizes").glob("*/runs/**/*") if p.is_file()}
+    assert {p: after[p] for p in before} == before  # no stored run was touched, let alone retrained
+    added = {p.relative_to(out / "sizes").parts[0] for p in set(after) - set(before)}
+    assert added == {"L4_d32", "L3_d24"} and (lost / "result.json").is_file()
+    assert load_ladder(out).identity() == big.identity()
+    assert run_ladder(big, out, threads=1, progress=False).trained == 0  # extended: a re-run resumes
+
+    monkeypatch.setattr(scaling_report, "write_scaling_report", real_report)  # the real report, without plots
+    monkeypatch.setattr(scaling_plots, "write_plots", lambda *a, **k: {})
+    assert cli("report", out, "--bootstrap", "0") == 0
+    runs = json.loads((out / "report.json").read_text())["ladder"]["runs"]
+    assert sorted((r["size"], r["D"]) for r in runs) == sorted(
+        (s.name, b) for s in big.sizes for b in (512, 1024, 1536)
+    )
+
+
+def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_path, capsys):
+    """Sizes may be added (in between, above, and below the smallest unless --lr-transfer reuses its LRs); a stored
+    size left out, another aspect or other seeds are one-line refusals that write nothing."""
+    from angpt.compare.store import write_json
+    from angpt.scaling import make_ladder
+    from angpt.scaling.plan import LADDER_FILE
+    from angpt.scaling.runner import check_ladder_dir
+
+    def stored(name, **kw):
+        out = tmp_path / name
+        out.mkdir()
+        write_json(out / LADDER_FILE, make_ladder(data_dir, depths=[2, 4, 5], **SMALL, **kw).to_dict())
+        return out
+
+    plain, transfer = stored("plain"), stored("transfer", lr_transfer=True)
+    below = [1, 2, 4, 5]
+    assert check_ladder_dir(plain, make_ladder(data_dir, depths=below, **SMALL)) == ["L1_d8"]
+    assert check_ladder_dir(transfer, make_ladder(data_dir, depths=[2, 3, 4, 5, 6], **SMALL, lr_transfer=True)) == [
+        "L3_d24",
+        "L6_d48",
+    ]
+    assert check_ladder_dir(transfer, make_ladder(data_dir, depths=[2, 4, 5], **SMALL, lr_transfer=True)) == []
+
+    common = ["--data", data_dir, "--arms", "gpt+", "--aspect", "8", "--head-dim", "8", "--budgets", "512,1024,1536"]
+    common += ["--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "1"]
+    common += ["--eval-points", "1", "--dtype", "fp32", "--threads", "1", "--quiet"]
+    cases = [
+        (transfer, ["--depths", "1,2,4,5", "--lr-transfer"], "size L1_d8 is below /"),
+        (plain, ["--depths", "2,4,6"], "(size L5_d40 there, not here)"),
+        (plain, ["--depths", "2,4,5,6", "--aspect", "16"], "(dial.aspect: 8 there, 16 here)"),
+        (plain, ["--depths", "2,4,5,6", "--seeds", "0,1"], "(seeds: [0] there, [0, 1] here)"),
+    ]
+    for out, args, needle in cases:
+        before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+        assert cli(*common, "--out", out, *args) == 2  # a later --aspect wins
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, (args, err)
+        assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+        if out is transfer:  # says why and what to do
+            assert "smallest size L2_d16, whose LRs --lr-transfer reuses" in err and "add only larger sizes" in err

@@ -3,12 +3,16 @@ measured here (angpt.compare.estimate: one warm-up and three real training steps
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from angpt.compare.estimate import estimate_run_seconds, measure_step_times
-from angpt.compare.plan import Plan, format_lr, format_tokens
-from angpt.compare.store import load_record
-from angpt.scaling.collect import size_dir
+from angpt.compare.plan import Arm, Plan, format_lr, format_tokens
+from angpt.compare.store import PLAN_FILE, load_record
+from angpt.compare.stored import Unfinished, settle_sweeps
+from angpt.compare.sweep import main_specs
+from angpt.errors import UserError
+from angpt.scaling.collect import check_dir, size_dir
 from angpt.scaling.plan import Ladder
 
 
@@ -24,30 +28,86 @@ def _si(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _main_cost(plan: Plan, ladder: Ladder, t: float, setup: float) -> tuple[float, int]:
-    """Seconds and tokens of one arm's main runs at one size (every seed), the sweep's own run excluded.
+def _main_cost(
+    plan: Plan, ladder: Ladder, t: float, setup: float, done: set[tuple[int, int]] | frozenset = frozenset()
+) -> tuple[float, int]:
+    """Seconds and tokens of one arm's main runs at one size (every seed), the sweep's own run excluded: the seconds
+    of the runs not `done` ((budget, seed) pairs finished already), the tokens of all of them.
 
     Cosine: every budget is a run. WSD: the longest run in full, each shorter budget only its decay (the first
     seed's smallest budget is the sweep's run, already counted)."""
     seconds, tokens = 0.0, 0
     budgets = plan.budgets
-    for k in range(len(plan.seeds)):
+    for k, seed in enumerate(plan.seeds):
         for i, b in enumerate(budgets):
             if k == 0 and i == 0:
                 continue
             full = estimate_run_seconds(plan, t, b, setup)
             if ladder.schedule == "wsd" and b != budgets[-1]:
                 frac = ladder.decay_fraction
-                seconds += setup + (full - setup) * frac
-                tokens += int(b * frac)
+                run_s, run_tokens = setup + (full - setup) * frac, int(b * frac)
             else:
-                seconds += full
-                tokens += b
+                run_s, run_tokens = full, b
+            seconds += 0.0 if (b, seed) in done else run_s
+            tokens += run_tokens
     return seconds, tokens
 
 
+@dataclass
+class _Stored:
+    """What a size's store (a compare report directory) holds already."""
+
+    runs: int = 0  # finished runs, sweeps' and main
+    mains: dict[str, set[tuple[int, int]]] = field(default_factory=dict)  # arm -> finished main (budget, seed)
+    settled: bool = False  # every sweep finished (the main runs are known)
+    done: bool = False  # every run finished: nothing left to train
+
+
+def _stored(plan_dir: Path) -> _Stored | None:
+    """What the store in `plan_dir` holds, read by compare's own sweep rule; None when it has not started."""
+    if not (plan_dir / PLAN_FILE).is_file():
+        return None
+    try:
+        plan, sweeps, runs = settle_sweeps(plan_dir)
+    except Unfinished:
+        return _Stored()
+    mains = main_specs(plan, sweeps)
+    state = _Stored(settled=True)
+    state.runs = sum(runs.known(s) is not None for s in {*runs.asked, *mains})
+    for s in mains:
+        if runs.known(s) is not None:
+            state.mains.setdefault(s.arm, set()).add((s.budget, s.seed))
+    state.done = all(runs.known(s) is not None for s in mains)
+    return state
+
+
+def _sweep_left(plan: Plan, plan_dir: Path, arm: Arm) -> int:
+    """How many runs of `arm`'s initial LR grid have no finished record in `plan_dir`."""
+    steps = plan.steps(plan.sweep_budget)
+    return sum(
+        load_record(plan.run_dir(plan_dir, arm, plan.sweep_budget, plan.sweep_seed, lr), steps) is None
+        for lr in plan.initial_grid(arm)
+    )
+
+
+def _transferred(ladder: Ladder, out: Path) -> dict[str, float]:
+    """The LRs --lr-transfer fixes at the larger sizes: the smallest size's stored choice once its sweep finished,
+    else a stand-in (the estimate needs the arm's step time, not its LR)."""
+    from angpt.scaling.collect import at_smallest
+    from angpt.scaling.runner import transferred_lrs
+
+    try:
+        plan, sweeps, _ = settle_sweeps(size_dir(out, ladder.sizes[0].name))
+        return transferred_lrs(at_smallest(plan, sweeps))
+    except UserError:  # not started, unfinished (Unfinished), or every LR diverged
+        return {a.label: 1.0 for a in ladder.arms}
+
+
 def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measure: bool = True) -> str:
-    """The planned ladder with parameter counts, budgets, run counts and a measured time estimate."""
+    """The planned ladder with parameter counts, budgets, run counts and a measured time estimate of the work left.
+
+    Sizes whose store in `out` holds every run are marked done and cost nothing (their step times are not measured);
+    a started size costs its unfinished runs."""
     labels = [a.label for a in ladder.arms]
     lr_mode = "tuned on the smallest size and reused (--lr-transfer)" if ladder.lr_transfer else "tuned per size"
     sched = (
@@ -66,56 +126,61 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
         + " ".join(f"{'N ' + lab:>12}" for lab in labels)
         + "  budgets (tokens = steps, tokens per N)",
     ]
+    stored = {size.name: _stored(size_dir(out, size.name)) for size in ladder.sizes}
     for size in ladder.sizes:
         s = size.shape
         n0 = size.params[ladder.baseline]
         budgets = ", ".join(f"{format_tokens(b)} = {ladder.steps(b)} ({b / n0:.3g})" for b in size.budgets)
+        st = stored[size.name]
+        state = "" if st is None else "  [done: reused]" if st.done else "  [started: finished runs reused]"
         lines.append(
             f"{size.name:<12} {s.depth:>5} {s.width:>5} {s.heads:>5} "
             + " ".join(f"{_si(size.params[lab]):>12}" for lab in labels)
-            + f"  {budgets}"
+            + f"  {budgets}{state}"
         )
     total_s = total_max = 0.0
-    runs = sweep_runs = ext_runs = 0
+    runs = sweep_runs = ext_runs = finished = 0
     tokens = 0
     timing = []
+    transferred = _transferred(ladder, out) if ladder.lr_transfer else None
     for i, size in enumerate(ladder.sizes):
-        transferred = {a.label: 1.0 for a in ladder.arms} if ladder.lr_transfer and i > 0 else None
-        plan = ladder.size_plan(i, transferred)
-        step_t, setup = measure_step_times(plan, threads) if measure else ({}, {})
-        timing.append((size.name, step_t, setup))
+        plan = ladder.size_plan(i, transferred if i > 0 else None)
+        here = size_dir(out, size.name)
+        st = stored[size.name] or _Stored()
+        check = ladder.check_plan() if i == 1 and ladder.lr_transfer else None  # the transfer check's sweep
+        check_st = (_stored(check_dir(out, size.name)) or _Stored()) if check else None
+        left = not st.done or (check_st is not None and not check_st.done)
+        step_t, setup = measure_step_times(plan, threads) if measure and left else ({}, {})
+        timing.append((size.name, step_t if left else None, setup))
+        planned = 0
         for a in plan.arms:
             grid = plan.initial_grid(a)
             t, su = step_t.get(a.label, 0.0), setup.get(a.label, 0.0)
-            done = sum(
-                load_record(
-                    plan.run_dir(size_dir(out, size.name), a, plan.sweep_budget, plan.sweep_seed, lr),
-                    plan.steps(plan.sweep_budget),
-                )
-                is not None
-                for lr in grid
-            )
             sweep_runs += len(grid) if len(grid) > 1 else 0
-            runs += len(grid)
+            planned += len(grid) + len(plan.budgets) * len(plan.seeds) - 1
             tokens += len(grid) * plan.sweep_budget
-            total_s += (len(grid) - done) * estimate_run_seconds(plan, t, plan.sweep_budget, su)
-            if len(grid) > 1:
+            total_s += _sweep_left(plan, here, a) * estimate_run_seconds(plan, t, plan.sweep_budget, su)
+            if len(grid) > 1 and not st.settled:  # a settled sweep extends no more
                 ext_runs += plan.max_extensions
                 total_max += plan.max_extensions * estimate_run_seconds(plan, t, plan.sweep_budget, su)
-            sec, tok = _main_cost(plan, ladder, t, su)
+            sec, tok = _main_cost(plan, ladder, t, su, st.mains.get(a.label, frozenset()))
             total_s += sec
             tokens += tok
-            runs += len(plan.budgets) * len(plan.seeds) - 1
-            if i == 1 and ladder.lr_transfer:  # the transfer check's sweep at the second size
-                check = ladder.check_plan()
-                sweep_runs += len(check.initial_grid(a))
-                runs += len(check.initial_grid(a))
-                tokens += len(check.initial_grid(a)) * check.sweep_budget
-                total_s += len(check.initial_grid(a)) * estimate_run_seconds(check, t, check.sweep_budget, su)
+            if check is not None:
+                n = len(check.initial_grid(a))
+                sweep_runs += n
+                planned += n
+                tokens += n * check.sweep_budget
+                left_check = _sweep_left(check, check_dir(out, size.name), a)
+                total_s += left_check * estimate_run_seconds(check, t, check.sweep_budget, su)
+        done_here = st.runs + (check_st.runs if check_st is not None else 0)
+        runs += max(planned, done_here)
+        finished += done_here
     total_max += total_s
     lines.append(
-        f"runs: {runs} ({sweep_runs} in LR sweeps, the rest at each arm's best LR), + up to {ext_runs} sweep "
-        f"extension(s); {_si(tokens)} tokens trained in all"
+        f"runs: {runs} ({sweep_runs} in LR sweeps, the rest at each arm's best LR)"
+        + (f", {finished} of them finished already" if finished else "")
+        + f", + up to {ext_runs} sweep extension(s); {_si(tokens)} tokens trained in all"
         + (" (WSD branches count their decay only)" if ladder.schedule == "wsd" else "")
     )
     if measure:
@@ -124,13 +189,16 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
             "per job):"
         )
         for name, step_t, setup in timing:
+            if step_t is None:
+                lines.append(f"  {name:<12} done: nothing left to train, not measured")
+                continue
             lines.append(
                 f"  {name:<12} "
                 + ", ".join(f"{lab} {step_t[lab]:.3f} s/step (+{setup[lab]:.1f} s set-up)" for lab in labels)
             )
         lines.append(
             f"estimated time: {_hms(total_s / jobs)} with {jobs} job(s), up to {_hms(total_max / jobs)} if every "
-            "sweep extension runs (set-up + steps x step time + validation passes; finished sweep runs excluded)"
+            "sweep extension runs (set-up + steps x step time + validation passes; finished runs excluded)"
         )
     return "\n".join(lines)
 

@@ -164,6 +164,19 @@ class Ladder:
             d.pop(k)
         return d
 
+    @staticmethod
+    def shared_identity(identity: dict[str, Any]) -> dict[str, Any]:
+        """What a ladder and one it extends must share: an identity without its sizes (nor the dial's list of them).
+
+        Each size's runs live in a store of their own (OUT/sizes/<size>), so sizes may be added; every other key
+        (arms, seeds, budgets, the dial's aspect and head dim, ...) decides what every size's runs compute.
+        """
+        d = {k: v for k, v in identity.items() if k != "sizes"}
+        dial = dict(d.get("dial") or {})
+        d["dial"] = {k: v for k, v in dial.items() if k not in ("depths", "widths")}
+        d["dial"]["by"] = "--depths" if "depths" in dial else "--widths"
+        return d
+
 
 # -------------------------------------------------------------------------------------------- lr transfer
 def chosen_lr(sweep: SweepResult) -> float | None:

@@ -2,7 +2,7 @@
 
 Layout of OUT:
 
-    OUT/scaling.json           the ladder (what a re-run must match)
+    OUT/scaling.json           the ladder (what a re-run must match, or extend by sizes)
     OUT/sizes/<size>/          one `angpt compare` report directory per size: runs, plan.json, its own report
     OUT/lr_check/<size>/       --lr-transfer: the second size's LR sweep, to check the transfer
     OUT/batch.json, OUT/batch/ `angpt scaling batch` (see angpt.scaling.batch)
@@ -21,35 +21,87 @@ from typing import Any
 from angpt.compare.store import write_json
 from angpt.errors import UserError
 from angpt.scaling.collect import check_dir, size_dir
-from angpt.scaling.plan import LADDER_FILE, Ladder
+from angpt.scaling.plan import LADDER_FILE, Ladder, Size
 
 # What may sit in OUT beside a study's plan file: the other study, the report, the lock.
 _KNOWN = {".lock", LADDER_FILE, "batch.json", "sizes", "lr_check", "batch", "report.md", "report.json"}
 
 
-def check_out_dir(out: Path, plan_file: str, identity: dict[str, Any], what: str) -> bool:
-    """UserError unless `out` is new, empty, a scaling directory without this study, or one with this same study.
-
-    True when `out` already holds it (a re-run resumes)."""
+def _stored_study(out: Path, plan_file: str) -> dict[str, Any] | None:
+    """The identity of the study `out` holds in `plan_file` (None when it holds none); UserError unless `out` is new,
+    empty, or a scaling directory."""
     path = out / plan_file
     if path.is_file():
         try:
             stored = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UserError(f"{path} is unreadable ({e}); use another --out") from e
-        theirs = {k: v for k, v in stored.items() if k not in ("data", "device")}
-        if theirs != identity:
-            key = next(k for k in sorted(set(theirs) | set(identity)) if theirs.get(k) != identity.get(k))
-            raise UserError(
-                f"{out} holds a different {what} ({key}: {_short(theirs.get(key))} there, {_short(identity.get(key))} "
-                "here); use another --out, or repeat that study's options"
-            )
-        return True
+        return {k: v for k, v in stored.items() if k not in ("data", "device")}
     if out.exists() and (
         not out.is_dir() or any(p.name not in _KNOWN and not p.name.endswith(".png") for p in out.iterdir())
     ):
         raise UserError(f"{out} exists and is not an angpt scaling directory; use another --out")
-    return False
+    return None
+
+
+def _different(out: Path, what: str, theirs: dict[str, Any], mine: dict[str, Any], hint: str) -> UserError:
+    """The one-line refusal of another study, naming the first differing key (``dial.aspect``, not ``dial``)."""
+    key, a, b = "", theirs, mine
+    while isinstance(a, dict) and isinstance(b, dict) and a != b:
+        k = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+        key, a, b = f"{key}.{k}" if key else k, a.get(k), b.get(k)
+    return UserError(f"{out} holds a different {what} ({key}: {_short(a)} there, {_short(b)} here); {hint}")
+
+
+def check_out_dir(out: Path, plan_file: str, identity: dict[str, Any], what: str) -> bool:
+    """UserError unless `out` is new, empty, a scaling directory without this study, or one with this same study.
+
+    True when `out` already holds it (a re-run resumes)."""
+    theirs = _stored_study(out, plan_file)
+    if theirs is None:
+        return False
+    if theirs != identity:
+        raise _different(out, what, theirs, identity, "use another --out, or repeat that study's options")
+    return True
+
+
+def check_ladder_dir(out: Path, ladder: Ladder) -> list[str] | None:
+    """As check_out_dir for a ladder, which may also extend the one `out` holds by sizes.
+
+    Returns None for a new `out`, [] when it holds this ladder (a re-run resumes), else the names of the sizes this
+    ladder adds (every stored size kept as it is: its store is reused). Anything else that differs, a stored size
+    left out, or (with --lr-transfer) a size below the stored smallest, whose LRs every size reuses, is a one-line
+    UserError.
+    """
+    theirs = _stored_study(out, LADDER_FILE)
+    if theirs is None:
+        return None
+    mine = ladder.identity()
+    if theirs == mine:
+        return []
+    hint = "use another --out, or repeat that ladder's options (sizes may be added)"
+    if Ladder.shared_identity(theirs) != Ladder.shared_identity(mine):
+        raise _different(out, "scaling ladder", Ladder.shared_identity(theirs), Ladder.shared_identity(mine), hint)
+    stored = {Size.from_dict(s).name: s for s in theirs.get("sizes", [])}
+    new = {s.name: s.to_dict() for s in ladder.sizes}
+    for name, size in stored.items():
+        if name not in new:
+            dial = "depths" if "depths" in mine["dial"] else "widths"
+            every = ",".join(map(str, sorted({*theirs["dial"].get(dial, []), *mine["dial"][dial]})))
+            raise UserError(
+                f"{out} holds a different scaling ladder (size {name} there, not here); use another --out, or give "
+                f"every stored size to extend it (--{dial} {every})"
+            )
+        if new[name] != size:
+            raise _different(out, f"scaling ladder at size {name}", size, new[name], hint)
+    if ladder.lr_transfer and stored and ladder.sizes[0].name not in stored:
+        smallest = min(stored.values(), key=lambda s: s["shape"]["width"])
+        raise UserError(
+            f"size {ladder.sizes[0].name} is below {out}'s smallest size {Size.from_dict(smallest).name}, whose LRs "
+            "--lr-transfer reuses at every size, so the finished runs would not be this ladder's; add only larger "
+            "sizes, or use another --out"
+        )
+    return [name for name in new if name not in stored]
 
 
 def _short(value: Any) -> str:
@@ -104,12 +156,14 @@ def run_ladder(
     bootstrap: int = 200,
     fit_seed: int = 0,
 ) -> LadderRun:
-    """Run (or resume) every size's comparison, then write the scaling report into `out`.
+    """Run (or resume, or extend) every size's comparison, then write the scaling report into `out`.
 
     Sizes run smallest first, each as angpt.compare.run_comparison in OUT/sizes/<size> (its sweep, its runs, its
     compare report). With lr_transfer the smallest size's best LRs are fixed for the larger sizes, and the second
     size is swept as well (OUT/lr_check) to test the transfer. With the WSD schedule the shorter budgets branch off
-    the longest run (angpt.scaling.wsd). `dry_run` prints the plan and a measured time estimate, writing nothing.
+    the longest run (angpt.scaling.wsd). An `out` holding this ladder with fewer sizes is extended: the new sizes
+    run, the stored ones reuse their finished runs (check_ladder_dir says what may differ). `dry_run` prints the plan
+    and a measured time estimate of the work left, writing nothing.
     """
     from angpt.compare import run_comparison
     from angpt.compare.runner import cpu_cores
@@ -121,12 +175,19 @@ def run_ladder(
     threads = threads or max(1, cpu_cores() // jobs)
     out = Path(out)
     command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
-    exists = check_out_dir(out, LADDER_FILE, ladder.identity(), "scaling ladder")
+    added = check_ladder_dir(out, ladder)
+    change = ""
+    if added:
+        dial = "depths" if "depths" in ladder.dial else "widths"
+        old = [x for x, size in zip(ladder.dial[dial], ladder.sizes) if size.name not in added]
+        change = f"{dial} {old} -> {ladder.dial[dial]}"
     if dry_run:
         from angpt.scaling.estimate import describe_ladder
 
         text = describe_ladder(ladder, out, jobs=jobs, threads=threads)
-        if exists:
+        if added:
+            text = f"{out} holds this ladder with other {change}: finished runs will be reused\n" + text
+        elif added is not None:
             text = f"{out} holds this ladder already: finished runs will be skipped\n" + text
         return LadderRun(out=out, ladder=ladder, dry_run=True, text=text)
 
@@ -134,7 +195,9 @@ def run_ladder(
     hook = seed_branches if ladder.schedule == "wsd" else None
     trained = 0
     with scaling_lock(out):
-        if not exists:
+        if added:
+            print(f"extending {out}: {change} (finished runs are reused)", file=sys.stderr)
+        if added is None or added:
             write_json(out / LADDER_FILE, ladder.to_dict())
         transferred = None
         try:
