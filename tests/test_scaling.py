@@ -756,7 +756,7 @@ def test_a_ladder_extends_by_a_larger_size_reusing_its_finished_runs(
 
 def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_path, capsys):
     """Sizes may be added (in between, above, and below the smallest unless --lr-transfer reuses its LRs); a stored
-    size left out, another aspect or other seeds are one-line refusals that write nothing."""
+    size left out or changed, another aspect or other seeds are one-line refusals that write nothing."""
     from angpt.compare.store import write_json
     from angpt.scaling import make_ladder
     from angpt.scaling.plan import LADDER_FILE
@@ -769,6 +769,11 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
         return out
 
     plain, transfer = stored("plain"), stored("transfer", lr_transfer=True)
+    counted = stored("counted")  # as if written by an angpt that counted L4_d32's parameters otherwise
+    ladder = json.loads((counted / LADDER_FILE).read_text())
+    n = ladder["sizes"][1]["params"]["gpt+"]
+    ladder["sizes"][1]["params"]["gpt+"] += 1
+    write_json(counted / LADDER_FILE, ladder)
     below = [1, 2, 4, 5]
     assert check_ladder_dir(plain, make_ladder(data_dir, depths=below, **SMALL)) == ["L1_d8"]
     assert check_ladder_dir(transfer, make_ladder(data_dir, depths=[2, 3, 4, 5, 6], **SMALL, lr_transfer=True)) == [
@@ -785,6 +790,7 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
         (plain, ["--depths", "2,4,6"], "(size L5_d40 there, not here)"),
         (plain, ["--depths", "2,4,5,6", "--aspect", "16"], "(dial.aspect: 8 there, 16 here)"),
         (plain, ["--depths", "2,4,5,6", "--seeds", "0,1"], "(seeds: [0] there, [0, 1] here)"),
+        (counted, ["--depths", "2,4,5,6"], f"at size L4_d32 (params.gpt+: {n + 1} there, {n} here)"),
     ]
     for out, args, needle in cases:
         before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
