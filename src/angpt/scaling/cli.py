@@ -14,7 +14,8 @@ Scaling laws per architecture: train every arm at several model sizes (one --dep
 --aspect, heads = width / --head-dim) and token budgets (--tokens-per-param multiples of N, or --budgets), with
 LRs tuned per size (or --lr-transfer), then fit L(N, D) = E + A/N^alpha + B/D^beta per arm with bootstrap
 intervals and write report.md, report.json and plots into --out. Each size is an `angpt compare` run store in
-OUT/sizes/<size>; re-running the same command resumes. See docs/scaling.md.
+OUT/sizes/<size>; re-running the same command resumes, and with more sizes extends the ladder (finished runs
+reused). See docs/scaling.md.
 
   angpt scaling --data D --out O --arms gpt+,angpt --depths 2,3,4,5,6 --tokens-per-param 5,10,20 [--dry-run]
   angpt scaling batch --data D --out O --arms gpt+,angpt --batch-sizes 4Ki,8Ki,16Ki,32Ki --tokens 4Mi
