@@ -147,9 +147,14 @@ def _ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str
         xs = np.arange(len(names)) + (j - (len(laws) - 1) / 2) * width
         ys = [e["point"][k] for k, _ in names]
         ivs = [e.get("intervals", {}).get(k) for k, _ in names]
-        lo = [y - iv[0] if iv else 0 for y, iv in zip(ys, ivs)]
-        hi = [iv[1] - y if iv else 0 for y, iv in zip(ys, ivs)]
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=label)
+        (dot,) = ax.plot(xs, ys, "o", label=label)
+        # The interval as its own segment: a percentile bootstrap interval need not contain the point estimate
+        # (a skewed refit distribution), which an error bar around the point cannot draw.
+        for x, iv in zip(xs, ivs):
+            if iv:
+                ax.plot([x, x], iv, "-", color=dot.get_color())
+                ax.plot([x - width / 4, x + width / 4], [iv[0], iv[0]], "-", color=dot.get_color())
+                ax.plot([x - width / 4, x + width / 4], [iv[1], iv[1]], "-", color=dot.get_color())
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n for _, n in names])
     ax.set_ylabel("value (95% bootstrap interval)")
