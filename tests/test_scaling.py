@@ -806,3 +806,22 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
         assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
         if out is transfer:  # says why and what to do
             assert "smallest size L2_d16, whose LRs --lr-transfer reuses" in err and "add only larger sizes" in err
+
+
+def test_an_arm_whose_every_sweep_run_diverged_at_a_size_is_a_warning_not_a_silent_gap():
+    # Seen on the CPU ladder: anGPT's transferred LR 0.032 diverged at step 3 at the largest size, the size's sweep
+    # (one fixed LR) had no best, the arm got no main runs there, and the report showed only "-" for its LR.
+    from angpt.scaling.analyse import _warnings
+    from angpt.scaling.collect import LadderData
+
+    ladder, _ = synthetic_ladder(bootstrap=0)
+    ladder.lr_transfer = True
+    big = ladder.sizes[-1].name
+    diverged = SweepResult("angpt", 1024, [0.032], {(0.032, ()): None}, None, 0, False, True)
+    fine = SweepResult("gpt+", 1024, [0.008], {(0.008, ()): 2.0}, (0.008, ()), 0, False, True)
+    data = LadderData(ladder=ladder, sweeps={big: {"gpt+": fine, "angpt": diverged}})
+    warnings = [w for w in _warnings(data, {}) if "diverged" in w]
+    assert warnings == [
+        f"angpt at {big}: every run at LR 0.032 diverged, so it has no points at this size "
+        "(the transferred LR is unstable at this size: tune per size)"
+    ]

@@ -188,6 +188,15 @@ def _warnings(data: LadderData, arms: dict[str, Any]) -> list[str]:
                 )
     for size, why in data.unfinished.items():
         out.append(f"size {size} is not finished ({why}); re-run the scaling command to finish it")
+    for size, sweeps in data.sweeps.items():
+        for label, sw in (sweeps or {}).items():
+            if sw.best is None:  # every run diverged: the arm has no LR, hence no runs and no points at this size
+                lrs = ", ".join(format_lr(lr) for lr in sw.grid)
+                hint = "the transferred LR is unstable at this size: tune per size" if ladder.lr_transfer else ""
+                out.append(
+                    f"{label} at {size}: every run at LR {lrs} diverged, so it has no points at this size"
+                    + (f" ({hint})" if hint else "")
+                )
     for label, e in arms.items():
         b = e.get("bootstrap")
         if b and b["failed"] > 0.1 * b["n"]:
