@@ -814,6 +814,24 @@ def test_a_comparison_extends_with_seeds_and_arms_reusing_finished_runs(compared
     assert all(r["n"] == 1 for r in report.arms["angpt"]["budgets"])
 
 
+def test_raising_max_extensions_goes_on_with_an_unfinished_sweep(compared, data_dir, tmp_path, capsys):
+    """A sweep that stopped at its grid's edge (max_extensions reached) is finished by a re-run with a larger
+    max_extensions: its runs are reused, only LRs beyond the old grid (and the main runs of a new best) train."""
+    plan, finished, _ = compared
+    out = tmp_path / "more"
+    shutil.copytree(finished, out)
+    old = json.loads((finished / "report.json").read_text())["arms"]
+    report = run_comparison(tiny_plan(data_dir, max_extensions=2), out, threads=1, progress=False)
+    assert "max_extensions 1 -> 2" in capsys.readouterr().err
+    assert json.loads((out / "plan.json").read_text())["max_extensions"] == 2
+    for arm in ("gpt+", "angpt"):
+        old_lrs = {r["lr"] for r in old[arm]["sweep"]["rows"]}
+        new_sweep = report.arms[arm]["sweep"]
+        assert {r["lr"] for r in new_sweep["rows"]} > old_lrs and new_sweep["extensions"] == 2, arm
+        for s in report.trained:  # no stored sweep run trained again
+            assert not (s.arm == arm and s.budget == plan.budgets[0] and s.seed == 0 and s.lr in old_lrs), s
+
+
 def test_a_retuned_arm_uses_each_budgets_best_setting(data_dir, tmp_path, monkeypatch, capsys):
     """An arm tuned over weight decay x warm-up (x LR) at every budget: each budget's runs use the argmin of that
     budget's grid by validation loss (read here from every grid run's result.json), and the report names it."""

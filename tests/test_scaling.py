@@ -787,6 +787,8 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
         "L6_d48",
     ]
     assert check_ladder_dir(transfer, make_ladder(data_dir, depths=[2, 4, 5], **SMALL, lr_transfer=True)) == []
+    # A larger max_extensions lets unfinished sweeps go on: the same ladder, every finished run reused.
+    assert check_ladder_dir(plain, make_ladder(data_dir, depths=[2, 4, 5], **SMALL, max_extensions=5)) == []
 
     common = ["--data", data_dir, "--arms", "gpt+", "--aspect", "8", "--head-dim", "8", "--budgets", "512,1024,1536"]
     common += ["--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "1"]

@@ -429,9 +429,10 @@ class Plan:
         to the arms `labels` both hold (sorted by label), and to their --lr / --lr-values entries.
 
         Finished runs are found by their directory, which names arm, budget, seed and LR, so arms may be added
-        or dropped and budgets and seeds changed; anything else would change the runs the two plans share.
+        or dropped, budgets and seeds changed, and max_extensions raised (an unfinished sweep goes on) or lowered;
+        anything else would change the runs the two plans share.
         """
-        d = {k: v for k, v in identity.items() if k not in ("budgets", "seeds", *NOT_IDENTITY)}
+        d = {k: v for k, v in identity.items() if k not in (*EXTENDABLE, *NOT_IDENTITY)}
         d["arms"] = sorted((a for a in d.get("arms", []) if a.get("label") in labels), key=lambda a: a["label"])
         for key in ("lr", "lr_values"):
             d[key] = {k: v for k, v in (d.get(key) or {}).items() if k in labels}
@@ -448,6 +449,9 @@ class Plan:
         d["arms"] = [Arm(**a) for a in d["arms"]]
         return cls(**d)
 
+
+# Plan fields a re-run may change: every finished run it shares with the stored plan computes the same.
+EXTENDABLE = ("budgets", "seeds", "max_extensions")
 
 # Plan fields that change neither which runs exist nor what they compute: where and how fast runs go, and the
 # analysis of their results.

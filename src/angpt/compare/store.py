@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.plan import Plan, Setting, format_lr, format_setting, format_tokens
+from angpt.compare.plan import EXTENDABLE, Plan, Setting, format_lr, format_setting, format_tokens
 from angpt.compare.stats import loss_spikes, median
 from angpt.errors import UserError
 from angpt.lock import DirLock
@@ -132,7 +132,7 @@ def check_report_dir(plan: Plan, report_dir: Path) -> list[str] | None:
                 "use another --out, or repeat that comparison's options (arms, budgets and seeds may change)"
             )
         changes = []
-        for key in ("arms", "budgets", "seeds"):
+        for key in ("arms", *EXTENDABLE):
             old, new = theirs.get(key), mine[key]
             if key == "arms":
                 old, new = [a.get("label") for a in old or []], [a["label"] for a in new]

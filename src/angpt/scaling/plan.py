@@ -168,10 +168,12 @@ class Ladder:
     def shared_identity(identity: dict[str, Any]) -> dict[str, Any]:
         """What a ladder and one it extends must share: an identity without its sizes (nor the dial's list of them).
 
-        Each size's runs live in a store of their own (OUT/sizes/<size>), so sizes may be added; every other key
-        (arms, seeds, budgets, the dial's aspect and head dim, ...) decides what every size's runs compute.
+        Each size's runs live in a store of their own (OUT/sizes/<size>), so sizes may be added, and compare's
+        max_extensions may change (raised, it lets an unfinished sweep go on); every other key (arms, seeds,
+        budgets, the dial's aspect and head dim, ...) decides what every size's runs compute.
         """
         d = {k: v for k, v in identity.items() if k != "sizes"}
+        d["compare"] = {k: v for k, v in (d.get("compare") or {}).items() if k != "max_extensions"}
         dial = dict(d.get("dial") or {})
         d["dial"] = {k: v for k, v in dial.items() if k not in ("depths", "widths")}
         d["dial"]["by"] = "--depths" if "depths" in dial else "--widths"

@@ -197,8 +197,7 @@ def run_ladder(
     with scaling_lock(out):
         if added:
             print(f"extending {out}: {change} (finished runs are reused)", file=sys.stderr)
-        if added is None or added:
-            write_json(out / LADDER_FILE, ladder.to_dict())
+        write_json(out / LADDER_FILE, ladder.to_dict())  # this ladder, or one the stored one may become
         transferred = None
         try:
             for i, size in enumerate(ladder.sizes):
