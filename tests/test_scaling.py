@@ -131,9 +131,47 @@ def test_a_fit_without_a_law_in_the_data_says_so():
     assert fit is None and not entry["ok"] and "2 size(s)" in entry["message"] and "needs 3" in entry["message"]
 
 
-def synthetic_ladder(bootstrap: int):
+POWER = Law(E=math.exp(-50), A=400.0, alpha=0.34, B=410.0, beta=0.28)  # no irreducible term: E = 0
+
+
+def test_data_without_an_irreducible_loss_get_the_law_without_e():
+    """Runs from A / N^alpha + B / D^beta (E = 0): the full fit drives E to the bottom of its search and says so;
+    the nested fit (E fixed at 0) recovers the power terms, and the analysis reports it apart."""
+    from angpt.scaling.analyse import e_undetermined, fit_points
+    from angpt.scaling.collect import Point
+
+    N, D, L = grid_5x4(POWER, noise=0.002, seed=3)
+    full = fit_law(N, D, L)
+    assert not full.ok and full.at_bound == ["e"] and e_undetermined(full)
+    reduced = fit_law(N, D, L, with_e=False)
+    assert reduced.ok and reduced.law.E < 1e-20
+    assert abs(reduced.law.alpha - 0.34) < 0.02 and abs(reduced.law.beta - 0.28) < 0.02
+    assert abs(math.log(reduced.law.A / 400)) < 0.3 and abs(math.log(reduced.law.B / 410)) < 0.3
+    assert not e_undetermined(fit_law(*grid_5x4(TRUE)))  # a law with E: the full fit stands
+
+    pts = [Point("a", f"s{n}", int(n), int(d), 0, 1e-3, float(loss)) for n, d, loss in zip(N, D, L)]
+    entry, fit, _ = fit_points(pts, bootstrap=6)
+    assert not entry["ok"] and entry["without_e"]["ok"]
+    assert entry["without_e"]["point"]["alpha"] == pytest.approx(reduced.law.alpha, abs=1e-6)
+    lo, hi = entry["without_e"]["intervals"]["beta"]
+    assert lo <= 0.28 <= hi + 0.01
+    assert "without_e" not in fit_points([Point(**{**vars(p), "loss": float(TRUE.loss(p.N, p.D))}) for p in pts])[0]
+
+
+def test_compute_multiplier_survives_compute_beyond_a_float():
+    # Tiny exponents (as a bootstrap refit can have) put C far beyond 1e308; the ratio is still exact: the arm is
+    # the baseline with twice the tokens, so it needs half the compute at any loss.
+    base = Law(E=1.0, A=2.0, alpha=0.004, B=3.0, beta=0.003)
+    arm = Law(base.E, base.A, base.alpha, base.B * 2**-base.beta, base.beta)
+    assert math.isinf(base.compute_for_loss(2.0))  # C ~ e^940 overflows ...
+    assert compute_multiplier(base, arm, 2.0) == pytest.approx(2.0, rel=1e-6)  # ... its ratio does not
+    assert compute_multiplier(base, arm, 5.0) == pytest.approx(2.0, rel=1e-6)
+
+
+def synthetic_ladder(bootstrap: int, base: Law = TRUE):
     """Two arms' runs drawn from known laws (the arm = the baseline with twice the tokens, so 2x less compute at
     any loss and the same exponents) on a 5 x 4 ladder, and the report's analysis of them."""
+    TRUE = base  # noqa: N806
     from angpt.compare.plan import parse_arm
     from angpt.scaling.analyse import analyse_ladder
     from angpt.scaling.collect import LadderData, Point
@@ -177,6 +215,22 @@ def test_report_recovers_a_known_compute_multiplier_and_equal_exponents():
     assert a["target_loss"] == pytest.approx(TRUE.optimal_loss(6 * 1e9 * largest.budgets[-1]), rel=0.01)
     md = render_markdown({"command": "test", "warnings": a["warnings"], "ladder": a}, ladder, {})
     assert "## Against gpt+" in md and "| angpt | 1.7" in md and "consistent with equal" in md
+
+
+def test_report_compares_laws_without_e_when_e_is_not_determined():
+    from angpt.scaling.render import render_markdown
+
+    ladder, a = synthetic_ladder(bootstrap=8, base=POWER)
+    assert not a["arms"]["angpt"]["ok"] and "vs_baseline" not in a["arms"]["angpt"]
+    vs = a["arms"]["angpt"]["without_e"]["vs_baseline"]
+    assert vs["multiplier"] == pytest.approx(2.0, rel=0.1)
+    for k in ("alpha", "beta"):
+        lo, hi = vs["difference_interval"][k]
+        assert lo <= 0 <= hi, k
+    assert any(v.startswith("(E not determined; with E fixed at 0) angpt vs gpt+") for v in a["verdicts"])
+    json.dumps(a)  # no fit objects left in report.json's data
+    md = render_markdown({"command": "test", "warnings": a["warnings"], "ladder": a}, ladder, {})
+    assert "### Without E" in md and "Against gpt+ without E" in md
 
 
 @pytest.mark.slow

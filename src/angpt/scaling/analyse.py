@@ -9,12 +9,22 @@ from typing import Any
 
 from angpt.compare.plan import format_lr
 from angpt.scaling.collect import LadderData, Point
-from angpt.scaling.fit import Bootstrap, Fit, Law, bootstrap_fit, compute_multiplier, fit_law, paired_interval
+from angpt.scaling.fit import (
+    BOUNDS,
+    Bootstrap,
+    Fit,
+    Law,
+    bootstrap_fit,
+    compute_multiplier,
+    fit_law,
+    paired_interval,
+)
 from angpt.scaling.plan import MIN_BUDGETS, MIN_SIZES, chosen_lr, transfer_check
 
 PARAMS = ("E", "A", "alpha", "B", "beta")
 DERIVED = {"n_exponent": lambda law: law.n_exponent, "d_exponent": lambda law: law.d_exponent}
 EXTRAPOLATE = (1.0, 10.0, 100.0)  # compute-optimal sizes at the ladder's largest compute and beyond
+UNDETERMINED_SPREAD = 100.0  # a compute-multiplier interval wider than this factor says nothing
 SPEC_SIZES = 5  # SPEC section 8 asks for at least five sizes
 HORIZON_STEPS, HORIZON_TOKENS_PER_PARAM = 1000, 10  # docs/protocol.md#horizon
 
@@ -35,20 +45,56 @@ def fit_points(
             message=f"not fitted: {len(usable)} size(s) with {MIN_BUDGETS}+ finished budgets; a fit needs {MIN_SIZES}",
         )
         return entry, None, None
-    N, D, L = ([getattr(p, k) for p in finite] for k in ("N", "D", "loss"))
-    fit = fit_law(N, D, L)
+    fit, boot = _fit_into(entry, *_arrays(finite), bootstrap=bootstrap, seed=seed, with_e=True)
+    if e_undetermined(fit):
+        # The data want E below anything the search allows: fit the nested law without it (E fixed at 0), whose
+        # exponents the report shows apart, labelled as such (the full law stays "not determined").
+        add_without_e(entry, points, bootstrap=bootstrap, seed=seed)
+    return entry, fit, boot
+
+
+def add_without_e(entry: dict[str, Any], points: list[Point], *, bootstrap: int = 200, seed: int = 0) -> None:
+    """Fit the law without E (E fixed at 0) to an arm's fitted runs into entry["without_e"]."""
+    reduced: dict[str, Any] = {}
+    entry["without_e"] = reduced
+    _fit_into(reduced, *_arrays([p for p in points if math.isfinite(p.loss)]), bootstrap=bootstrap, seed=seed,
+              with_e=False)  # fmt: skip
+
+
+def _arrays(points: list[Point]) -> tuple[list[float], list[float], list[float]]:
+    return tuple([getattr(p, k) for p in points] for k in ("N", "D", "loss"))  # type: ignore[return-value]
+
+
+def e_undetermined(fit: Fit | None) -> bool:
+    """True when a fit failed only because E sits on the bottom of its search."""
+    return (
+        fit is not None
+        and not fit.ok
+        and fit.at_bound == ["e"]
+        and fit.law is not None
+        and fit.law.E <= math.exp(BOUNDS["e"][0]) * (1 + 1e-6)
+    )
+
+
+def _fit_into(
+    entry: dict[str, Any], N, D, L, *, bootstrap: int, seed: int, with_e: bool
+) -> tuple[Fit, Bootstrap | None]:
+    """Fit (and bootstrap) one arm's runs, writing ok, message, fit, point, intervals and bootstrap into `entry`.
+    The fit and its bootstrap are kept in entry under the private key "_law" for analyse_ladder's comparisons."""
+    fit = fit_law(N, D, L, with_e=with_e)
     entry.update(ok=fit.ok, message=fit.message, fit=fit.to_dict())
     if not fit.ok or fit.law is None:
-        return entry, fit, None
+        return fit, None
     law = fit.law
     entry["point"] = {**law.to_dict(), **{k: f(law) for k, f in DERIVED.items()}, "G": law.G}
     boot = None
     if bootstrap > 0:
-        boot = bootstrap_fit(N, D, L, n=bootstrap, seed=seed, start=law)
+        boot = bootstrap_fit(N, D, L, n=bootstrap, seed=seed, start=law, with_e=with_e)
         getters = {**{k: (lambda law, k=k: getattr(law, k)) for k in PARAMS}, **DERIVED}
         entry["intervals"] = {k: boot.interval(f) for k, f in getters.items()}
         entry["bootstrap"] = {"n": boot.n, "failed": boot.failed, "seed": boot.seed, "level": 0.95}
-    return entry, fit, boot
+    entry["_law"] = (law, boot)
+    return fit, boot
 
 
 def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> dict[str, Any]:
@@ -65,6 +111,11 @@ def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> 
         arms[a.label] = entry
         if fit is not None and fit.ok and fit.law is not None:
             laws[a.label], boots[a.label] = fit.law, boot
+    if any("without_e" in e for e in arms.values()):  # like for like: every fitted arm gets the law without E
+        for a in ladder.arms:
+            e = arms[a.label]
+            if "fit" in e and "without_e" not in e:
+                add_without_e(e, by_arm[a.label], bootstrap=bootstrap, seed=seed)
 
     finite = [p for p in data.points if math.isfinite(p.loss)]
     c_max = max((p.compute for p in finite), default=None)
@@ -86,6 +137,16 @@ def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> 
         if base is None or label == ladder.baseline or target is None:
             continue
         entry["vs_baseline"] = _versus(base, law, boots.get(ladder.baseline), boots.get(label), target)
+    _compare_without_e(ladder.baseline, arms, c_max)
+    verdicts = [_verdict(ladder.baseline, label, arms[label]) for label in arms if label != ladder.baseline]
+    verdicts += [
+        f"(E not determined; with E fixed at 0) {_verdict(ladder.baseline, label, arms[label]['without_e'])}"
+        for label in arms
+        if label != ladder.baseline and arms[label].get("without_e", {}).get("vs_baseline")
+    ]
+    for e in arms.values():  # the private fit objects do not go into report.json
+        e.pop("_law", None)
+        e.get("without_e", {}).pop("_law", None)
 
     return {
         "baseline": ladder.baseline,
@@ -97,8 +158,22 @@ def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> 
         "runs": [vars(p) for p in sorted(data.points, key=lambda p: (p.arm, p.N, p.D, p.seed))],
         "unfinished": data.unfinished,
         "warnings": _warnings(data, arms),
-        "verdicts": [_verdict(ladder.baseline, label, arms[label]) for label in arms if label != ladder.baseline],
+        "verdicts": verdicts,
     }
+
+
+def _compare_without_e(baseline: str, arms: dict[str, Any], c_max: float | None) -> None:
+    """The arms' laws without E against the baseline's, where both were fitted that way (as _versus, at the
+    baseline's reduced law's compute-optimal loss at the ladder's largest compute)."""
+    base = arms.get(baseline, {}).get("without_e", {}).get("_law")
+    if base is None or not c_max:
+        return
+    target = base[0].optimal_loss(c_max)
+    arms[baseline]["without_e"]["target_loss"] = target
+    for label, e in arms.items():
+        mine = e.get("without_e", {}).get("_law")
+        if label != baseline and mine is not None:
+            e["without_e"]["vs_baseline"] = _versus(base[0], mine[0], base[1], mine[1], target)
 
 
 def _versus(base: Law, law: Law, bb: Bootstrap | None, ba: Bootstrap | None, target: float) -> dict[str, Any]:
@@ -198,11 +273,13 @@ def _warnings(data: LadderData, arms: dict[str, Any]) -> list[str]:
                     + (f" ({hint})" if hint else "")
                 )
     for label, e in arms.items():
-        b = e.get("bootstrap")
-        if b and b["failed"] > 0.1 * b["n"]:
-            out.append(
-                f"{label}: {b['failed']} of {b['n']} bootstrap refits did not converge (left out of the intervals)"
-            )
+        for which, sub in (("", e), (" without E", e.get("without_e") or {})):
+            b = sub.get("bootstrap")
+            if b and b["failed"] > 0.1 * b["n"]:
+                out.append(
+                    f"{label}{which}: {b['failed']} of {b['n']} bootstrap refits did not converge (left out of the "
+                    "intervals)"
+                )
         if e.get("n_diverged"):
             out.append(f"{label}: {e['n_diverged']} run(s) diverged and are left out of the fit")
     return out
@@ -229,6 +306,8 @@ def _verdict(baseline: str, label: str, entry: dict[str, Any]) -> str:
     m = vs["multiplier"]
     mi = vs.get("multiplier_interval")
     span = f" [{_fmt(mi[0])}, {_fmt(mi[1])}]" if mi else ""
+    if mi and not (mi[0] > 0 and mi[1] / mi[0] < UNDETERMINED_SPREAD):
+        return f"{label} vs {baseline}: {'; '.join(parts)}; the compute multiplier is not determined ({_fmt(m)}x{span})"
     return (
         f"{label} vs {baseline}: {'; '.join(parts)}; at {baseline}'s compute-optimal loss at the ladder's largest "
         f"compute, {label} needs {1 / m:.3g}x the compute (multiplier {m:.3g}x{span})"

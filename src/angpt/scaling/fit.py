@@ -114,12 +114,18 @@ class Law:
 
         Inverts L*(C): L* - E = (1 + alpha/beta) A G^-alpha (C/6)^(-alpha beta / (alpha + beta)).
         """
+        log_c = self.log_compute_for_loss(loss)
+        return math.inf if log_c > 709.0 else math.exp(log_c)
+
+    def log_compute_for_loss(self, loss: float) -> float:
+        """log of compute_for_loss (inf at or below E): finite where C itself under- or overflows a float, as it
+        does for a bootstrap refit with a tiny exponent."""
         excess = loss - self.E
         if not excess > 0:
             return math.inf
-        coeff = (1.0 + self.alpha / self.beta) * self.A * self.G**-self.alpha
+        log_coeff = math.log1p(self.alpha / self.beta) + math.log(self.A) - self.alpha * math.log(self.G)
         power = self.alpha * self.beta / (self.alpha + self.beta)
-        return 6.0 * (excess / coeff) ** (-1.0 / power)
+        return math.log(6.0) - (math.log(excess) - log_coeff) / power
 
     def to_dict(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "alpha": self.alpha, "B": self.B, "beta": self.beta}
@@ -128,11 +134,13 @@ class Law:
 def compute_multiplier(base: Law, arm: Law, loss: float) -> float:
     """How many times the compute the baseline needs to reach `loss` compared with the arm (both at their optimal
     split): C_base(loss) / C_arm(loss). Above 1: the arm is cheaper. inf when only the arm can reach it."""
-    c_arm = arm.compute_for_loss(loss)
-    c_base = base.compute_for_loss(loss)
+    c_arm = arm.log_compute_for_loss(loss)
+    c_base = base.log_compute_for_loss(loss)
     if math.isinf(c_arm):
         return math.nan if math.isinf(c_base) else 0.0
-    return c_base / c_arm
+    if math.isinf(c_base):
+        return math.inf
+    return math.exp(min(709.0, c_base - c_arm))  # in logs: each C alone may under- or overflow
 
 
 # ------------------------------------------------------------------------------------------ the objective
@@ -142,6 +150,7 @@ def compute_multiplier(base: Law, arm: Law, loss: float) -> float:
 # reducible terms at the runs' (geometric) mean N and D.
 NAMES = ("e", "c", "alpha", "d", "beta")
 BOUNDS = {"e": (-5.0, 5.0), "c": (-30.0, 5.0), "alpha": (0.0, 3.0), "d": (-30.0, 5.0), "beta": (0.0, 3.0)}
+E_ABSENT = -50.0  # e pinned here (E = 2e-22) fits the law without its irreducible term: E fixed at 0
 _SHOWN = {"e": "E", "c": "A N^-alpha at the mean N", "alpha": "alpha", "d": "B D^-beta at the mean D", "beta": "beta"}
 
 
@@ -227,8 +236,12 @@ def fit_law(
     delta: float = HUBER_DELTA,
     starts: int = 8,
     extra_starts: Sequence[Law] = (),
+    with_e: bool = True,
 ) -> Fit:
     """Fit L(N, D) to final losses `L` of runs with `N` parameters and `D` tokens.
+
+    `with_e=False` fits the nested law without the irreducible term (E fixed at 0: A / N^alpha + B / D^beta), for
+    data whose full fit drives E to the bottom of its search, i.e. that do not determine E.
 
     The objective is evaluated at all 4500 grid starts; L-BFGS-B runs from the best `starts` of them (and from the
     laws in `extra_starts`), keeping the lowest optimum, which is then restarted until it stops improving (the
@@ -242,6 +255,8 @@ def fit_law(
     x, y = logN - mN, logD - mD
     lo = np.array([BOUNDS[n][0] for n in NAMES])
     hi = np.array([BOUNDS[n][1] for n in NAMES])
+    if not with_e:
+        lo[0] = hi[0] = E_ABSENT  # L-BFGS-B keeps a variable with equal bounds fixed
     grid = np.clip(_to_phi(_GRID, mN, mD), lo, hi)  # clipping makes some starts equal: each is tried once
     values = _objective(grid, x, y, logL, delta)
     x0s = [np.clip(_to_phi(law.theta(), mN, mD), lo, hi) for law in extra_starts]
@@ -274,7 +289,8 @@ def fit_law(
                 best = again
             if settled:
                 break
-    at_bound = [n for n, v, a, b in zip(NAMES, best.x, lo, hi) if min(v - a, b - v) <= 1e-6 * (b - a)]
+    free = [n for n, a, b in zip(NAMES, lo, hi) if b > a]
+    at_bound = [n for n, v, a, b in zip(NAMES, best.x, lo, hi) if n in free and min(v - a, b - v) <= 1e-6 * (b - a)]
     message = ""
     if at_bound:
         shown = ", ".join(f"{_SHOWN[n]} = {_bound_value(n, v)}" for n, v in zip(NAMES, best.x) if n in at_bound)
@@ -330,11 +346,12 @@ def bootstrap_fit(
     seed: int = 0,
     delta: float = HUBER_DELTA,
     start: Law | None = None,
+    with_e: bool = True,
 ) -> Bootstrap:
     """Resample the runs with replacement `n` times (numpy generator seeded with `seed`) and refit each.
 
     Each refit starts from `start` (the full-data fit) and the best 3 grid points; refits that do not converge
-    (or end on a bound) are left out and counted in `failed`.
+    (or end on a bound) are left out and counted in `failed`. `with_e` as in fit_law.
     """
     N, D, L = _as_arrays(N, D, L)
     rng = np.random.default_rng(seed)
@@ -343,7 +360,7 @@ def bootstrap_fit(
     with _one_blas_thread():
         for _ in range(n):
             idx = rng.integers(0, N.size, N.size)
-            fit = fit_law(N[idx], D[idx], L[idx], delta=delta, starts=3, extra_starts=extra)
+            fit = fit_law(N[idx], D[idx], L[idx], delta=delta, starts=3, extra_starts=extra, with_e=with_e)
             if fit.ok and fit.law is not None:
                 laws.append(fit.law)
             else:

@@ -78,7 +78,54 @@ def render_fit_table(ladder: Ladder, a: dict[str, Any]) -> list[str]:
     boot = next((e["bootstrap"] for e in a["arms"].values() if e.get("bootstrap")), None)
     if boot:
         lines += ["", f"Bootstrap: {boot['n']} resamples of the runs (seed {boot['seed']})."]
+    return lines + _without_e(ladder, a)
 
+
+def _without_e(ladder: Ladder, a: dict[str, Any]) -> list[str]:
+    """The nested law without E, for arms whose full fit drove E to the bottom of its search."""
+    reduced = [(arm.label, a["arms"].get(arm.label, {}).get("without_e")) for arm in ladder.arms]
+    reduced = [(label, r) for label, r in reduced if r]
+    if not reduced:
+        return []
+    lines = [
+        "",
+        "### Without E: L(N, D) = A / N^alpha + B / D^beta",
+        "",
+        "The full fit of at least one arm drove E to the bottom of its search: these runs do not determine the "
+        "irreducible loss. Fixed at 0 (a lower bound on any real E) for every arm, so that they compare like for "
+        "like, the law keeps only its two power terms; its exponents describe the runs' range and depend on that "
+        "choice (a real E > 0 would make them larger).",
+        "",
+    ]
+    rows = []
+    for label, r in reduced:
+        if not r.get("ok"):
+            rows.append([label, f"**{r.get('message', 'not fitted')}**", *[""] * 5])
+            continue
+        p, iv = r["point"], r.get("intervals", {})
+        keys = ("A", "alpha", "B", "beta", "n_exponent", "d_exponent")
+        rows.append([label, *(_with_interval(p[k], iv.get(k)) for k in keys)])
+    lines += _table(["arm", "A", "alpha", "B", "beta", "N* exponent", "D* exponent"], rows)
+    versus = [(label, r["vs_baseline"]) for label, r in reduced if r.get("vs_baseline")]
+    if versus:
+        target = a["arms"][ladder.baseline]["without_e"].get("target_loss")
+        lines += [
+            "",
+            f"Against {ladder.baseline} without E (arm minus {ladder.baseline}, paired bootstrap intervals; compute "
+            f"multiplier at L = {_g(target, 4)}):",
+            "",
+        ]
+        rows = []
+        for label, v in versus:
+            di = v.get("difference_interval", {})
+            rows.append(
+                [
+                    label,
+                    *(_with_interval(v["difference"][k], di.get(k)) for k in ("alpha", "beta", "n_exponent")),
+                    _with_interval(v["multiplier"], v.get("multiplier_interval")),
+                ]
+            )
+        lines += _table(["arm", "d alpha", "d beta", "d N* exponent", "compute multiplier"], rows)
     return lines
 
 
