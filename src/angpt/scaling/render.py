@@ -81,6 +81,21 @@ def render_fit_table(ladder: Ladder, a: dict[str, Any]) -> list[str]:
     return lines + _without_e(ladder, a)
 
 
+def _versus_table(versus: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Exponent differences and the compute multiplier of each arm against the baseline, with their intervals."""
+    rows = []
+    for label, v in versus:
+        di = v.get("difference_interval", {})
+        rows.append(
+            [
+                label,
+                *(_with_interval(v["difference"][k], di.get(k)) for k in ("alpha", "beta", "n_exponent")),
+                _with_interval(v["multiplier"], v.get("multiplier_interval")),
+            ]
+        )
+    return _table(["arm", "d alpha", "d beta", "d N* exponent", "compute multiplier"], rows)
+
+
 def _without_e(ladder: Ladder, a: dict[str, Any]) -> list[str]:
     """The nested law without E, for arms whose full fit drove E to the bottom of its search."""
     reduced = [(arm.label, a["arms"].get(arm.label, {}).get("without_e")) for arm in ladder.arms]
@@ -115,17 +130,7 @@ def _without_e(ladder: Ladder, a: dict[str, Any]) -> list[str]:
             f"multiplier at L = {_g(target, 4)}):",
             "",
         ]
-        rows = []
-        for label, v in versus:
-            di = v.get("difference_interval", {})
-            rows.append(
-                [
-                    label,
-                    *(_with_interval(v["difference"][k], di.get(k)) for k in ("alpha", "beta", "n_exponent")),
-                    _with_interval(v["multiplier"], v.get("multiplier_interval")),
-                ]
-            )
-        lines += _table(["arm", "d alpha", "d beta", "d N* exponent", "compute multiplier"], rows)
+        lines += _versus_table(versus)
     return lines
 
 
@@ -239,17 +244,7 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
             f"{_flops(a['max_compute'])} FLOPs)."
         )
         lines.append("")
-        rows = []
-        for label, v in versus:
-            di = v.get("difference_interval", {})
-            rows.append(
-                [
-                    label,
-                    *(_with_interval(v["difference"][k], di.get(k)) for k in ("alpha", "beta", "n_exponent")),
-                    _with_interval(v["multiplier"], v.get("multiplier_interval")),
-                ]
-            )
-        lines += _table(["arm", "d alpha", "d beta", "d N* exponent", "compute multiplier"], rows)
+        lines += _versus_table(versus)
     if a.get("verdicts"):
         lines += ["", "## Verdict", "", *(f"- {v}" for v in a["verdicts"])]
 
