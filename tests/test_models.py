@@ -383,3 +383,13 @@ def test_import_is_light():
     code = "import angpt, sys; print(sorted(m for m in ('transformers','datasets','matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_unit_constraint_along_each_dim_by_hand():
+    # columns of norm 5 and 1 (dim 0), rows of norm 3 and sqrt(17) (dim 1); bf16 storage is normalised in fp32
+    w0, w1, wh = (torch.tensor([[3.0, 0.0], [4.0, 1.0]]) for _ in range(3))
+    wh = wh.bfloat16()
+    apply_constraints({"unit": [(w0, 0), (w1, 1), (wh, 0)]})
+    assert torch.allclose(w0, torch.tensor([[0.6, 0.0], [0.8, 1.0]]), atol=1e-7)
+    assert torch.allclose(w1, torch.tensor([[1.0, 0.0], [4 / 17**0.5, 1 / 17**0.5]]), atol=1e-7)
+    assert wh.dtype == torch.bfloat16 and torch.equal(wh, torch.tensor([[0.6, 0.0], [0.8, 1.0]]).bfloat16())
