@@ -10,7 +10,7 @@ import angpt
 from angpt.models import angpt as angpt_module
 from angpt.models import registry
 from angpt.models.constraints import apply_constraints
-from angpt.models.layers import RoPE
+from angpt.models.layers import RoPE, UnitNorm, unit_norm, unit_qk
 
 ALL_ARCHS = list(angpt.ARCHS)  # every registered architecture: a new entry is tested here at once
 FOLDED = [a for a in ALL_ARCHS if registry.get(a).folded is not None]
@@ -383,3 +383,26 @@ def test_import_is_light():
     code = "import angpt, sys; print(sorted(m for m in ('transformers','datasets','matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_unit_constraint_along_each_dim_by_hand():
+    # columns of norm 5 and 1 (dim 0), rows of norm 3 and sqrt(17) (dim 1); bf16 storage is normalised in fp32
+    w0, w1, wh = (torch.tensor([[3.0, 0.0], [4.0, 1.0]]) for _ in range(3))
+    wh = wh.bfloat16()
+    apply_constraints({"unit": [(w0, 0), (w1, 1), (wh, 0)]})
+    assert torch.allclose(w0, torch.tensor([[0.6, 0.0], [0.8, 1.0]]), atol=1e-7)
+    assert torch.allclose(w1, torch.tensor([[1.0, 0.0], [4 / 17**0.5, 1 / 17**0.5]]), atol=1e-7)
+    assert wh.dtype == torch.bfloat16 and torch.equal(wh, torch.tensor([[0.6, 0.0], [0.8, 1.0]]).bfloat16())
+
+
+def test_unit_norm_and_unit_qk_values_and_gradients_against_finite_differences():
+    # values: x / ||x|| by hand; the hand-written backward (UnitNorm, which unit_norm and unit_qk run in fp32)
+    # against finite differences in float64
+    x = torch.tensor([[3.0, 4.0], [0.0, 2.0]])
+    assert torch.allclose(unit_norm(x), torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
+    assert torch.equal(unit_norm(torch.zeros(2, 3)), torch.zeros(2, 3))
+    assert torch.autograd.gradcheck(UnitNorm.apply, (torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True),))
+    q, k, gain = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5), torch.rand(3, 1, 5) + 0.5
+    q_n, k_n = unit_qk(q, k, gain)
+    assert torch.allclose(q_n, gain * q / q.norm(dim=-1, keepdim=True), atol=1e-6)
+    assert torch.allclose(k_n, k / k.norm(dim=-1, keepdim=True), atol=1e-6)

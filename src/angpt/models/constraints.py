@@ -21,7 +21,7 @@ def apply_constraints(groups: dict[str, list[tuple[torch.Tensor, int]]]) -> None
             continue
         tensors = [w.data for w, _ in weights]
         fp32 = [t if t.dtype == torch.float32 else t.float() for t in tensors]
-        norms = [torch.linalg.vector_norm(t, dim=dim, keepdim=True) for t, (_, dim) in zip(fp32, weights)]
+        norms = [slice_norms(t, dim) for t, (_, dim) in zip(fp32, weights)]
         if kind == "unit":
             torch._foreach_clamp_min_(norms, 1e-12)
         elif kind == "bounded":
@@ -32,6 +32,14 @@ def apply_constraints(groups: dict[str, list[tuple[torch.Tensor, int]]]) -> None
         for t, f in zip(tensors, fp32):
             if t is not f:
                 t.copy_(f)
+
+
+def slice_norms(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """||t|| over `dim`, keepdim. Over a strided dim (nGPT's output projections, dim 0) as sqrt(sum t^2): CPU's
+    vector_norm is ~10x slower there than along the contiguous last dim (benchmarks/RESULTS.md, issue 9)."""
+    if dim in (-1, t.ndim - 1):
+        return torch.linalg.vector_norm(t, dim=dim, keepdim=True)
+    return t.square().sum(dim, keepdim=True).sqrt_()
 
 
 def attach_constraints(model: nn.Module, optimizer: torch.optim.Optimizer):
