@@ -206,6 +206,23 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
     assert len(bars) == 1 and bars[0].disable  # tqdm.close() marks a bar disabled
 
 
+def test_main_records_its_argv_not_sys_argv(data_dir, tmp_path, monkeypatch):
+    """angpt.cli.main(argv) called from Python: the run's provenance.json records `angpt` + that argv, not the
+    calling process's sys.argv; a library call outside main records sys.argv as it is."""
+    from angpt.invocation import ENV, child_env, command_argv
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--not-these"])
+    monkeypatch.delenv(ENV, raising=False)
+    argv = ["train", "--arch", "gpt+", "--data", str(data_dir), *TINY, "--train.max_steps", "1"]
+    argv += ["--out", str(tmp_path / "r"), "--train.save_every", "0"]
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "r" / "provenance.json").read_text())["command"] == ["angpt", *argv]
+    assert command_argv() == ["/somewhere/else.py", "--not-these"]  # main's argv is gone once it returns
+    # A comparison's worker process records the command of the comparison that started it.
+    monkeypatch.setenv(ENV, child_env({})[ENV].replace("else.py", "parent.py"))
+    assert command_argv() == ["/somewhere/parent.py", "--not-these"]
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

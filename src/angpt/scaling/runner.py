@@ -12,7 +12,6 @@ Layout of OUT:
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from angpt.compare.plan import Plan
 from angpt.compare.store import PLAN_FILE, write_json
 from angpt.errors import UserError
+from angpt.invocation import command_line
 from angpt.scaling.collect import check_dir, size_dir
 from angpt.scaling.plan import LADDER_FILE, Ladder, Size
 
@@ -223,7 +223,7 @@ def run_ladder(
         raise UserError(f"jobs={jobs!r} must be a positive integer")
     threads = threads or max(1, cpu_cores() // jobs)
     out = Path(out)
-    command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
+    command = command if command is not None else command_line()
     added = check_ladder_dir(out, ladder)
     plans, known = size_plans(ladder, out)  # every size's store checked now, not after hours at the third size
     change = ""
