@@ -4,6 +4,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -415,6 +416,24 @@ def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys)
     assert rc == 0 and not out.exists()
     assert "angpt[nu_att=sqrt_pos]" in text and "estimated time" in text and "s/step" in text
     assert "4 steps" in text and "8 steps" in text
+
+
+def test_a_comparison_run_from_main_records_mains_argv(data_dir, tmp_path, monkeypatch):
+    """angpt.cli.main(["compare", ...]) from Python: the report's command and each run's provenance.json say
+    `angpt compare ...` as given, not the calling process's sys.argv."""
+    from angpt import cli as angpt_cli
+    from angpt.compare import report
+
+    monkeypatch.setattr(report, "write_plots", lambda *a, **k: ({}, []))
+    monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--not-these"])
+    out = tmp_path / "cmp"
+    argv = ["compare", "--data", str(data_dir), "--out", str(out), "--arms", "gpt+", "--budgets", "512"]
+    argv += ["--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "1", "--threads", "1"]
+    argv += ["--quiet"]
+    assert angpt_cli.main(argv) == 0
+    assert json.loads((out / "report.json").read_text())["command"] == shlex.join(["angpt", *argv])
+    (prov,) = out.glob("runs/**/provenance.json")
+    assert json.loads(prov.read_text())["command"] == ["angpt", *argv]
 
 
 # -------------------------------------------------------------------------------------------- bad input

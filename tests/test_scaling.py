@@ -864,6 +864,86 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
             assert "smallest size L2_d16, whose LRs --lr-transfer reuses" in err and "add only larger sizes" in err
 
 
+def _fake_store(plan, store: Path) -> None:
+    """A compare store of `plan` as a finished comparison leaves it, without training: plan.json and a finished
+    record (val loss 4 + lr: the lowest LR is best) for every budget, seed and LR of every arm's initial grid."""
+    from angpt.compare.store import PLAN_FILE, RESULT_FILE, write_json
+
+    store.mkdir(parents=True)
+    write_json(store / PLAN_FILE, plan.to_dict())
+    for a in plan.arms:
+        for b in plan.budgets:
+            for seed in plan.seeds:
+                for lr in plan.initial_grid(a):
+                    run = plan.run_dir(store, a, b, seed, lr)
+                    run.mkdir(parents=True)
+                    rec = {"steps": plan.steps(b), "status": "finished", "val_loss": 4.0 + lr}
+                    (run / "metrics.jsonl").write_text(json.dumps({"step": rec["steps"], "val_loss": 4.0 + lr}) + "\n")
+                    write_json(run / RESULT_FILE, rec)
+
+
+def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks_them_all_first(
+    data_dir, tmp_path, monkeypatch
+):
+    """Stores of an --lr-transfer ladder (the larger sizes hold one-point LR plans): the same ladder's dry run reuses
+    them, also before the smallest size settles its LRs and with another --max-extensions. The ladder without
+    --lr-transfer, and a size directory holding runs but no plan.json, are refused by the dry run and the run with
+    the same one-line UserError, before anything is trained or written (the bad store is not the first size's)."""
+    import shutil
+
+    import angpt.scaling.estimate as estimate
+    from angpt.compare.store import RESULT_FILE
+    from angpt.scaling import make_ladder, run_ladder
+    from angpt.scaling.collect import check_dir, size_dir
+
+    monkeypatch.setattr(estimate, "measure_step_times", lambda plan, threads: ({"gpt+": 1.0}, {"gpt+": 0.0}))
+    kw = dict(depths=[1, 2, 3], **{**SMALL, "lr_grid": [1, 2]}, max_extensions=0)
+    transfer = make_ladder(data_dir, **kw, lr_transfer=True)
+    names = [s.name for s in transfer.sizes]
+    out = tmp_path / "transfer"
+    first = transfer.size_plan(0)
+    _fake_store(first, size_dir(out, names[0]))
+    best = {"gpt+": min(first.initial_grid(first.arms[0]))}
+    for i in (1, 2):
+        _fake_store(transfer.size_plan(i, best), size_dir(out, names[i]))
+    _fake_store(transfer.check_plan(), check_dir(out, names[1]))
+    other = tmp_path / "plain"  # its sizes copied into a new --out
+    shutil.copytree(out / "sizes", other / "sizes")
+
+    text = run_ladder(transfer, out, threads=1, dry_run=True).text
+    assert [line.endswith("[done: reused]") for line in text.splitlines() if line.startswith("L")] == [True] * 3
+    more = make_ladder(data_dir, **{**kw, "max_extensions": 3}, lr_transfer=True)  # the best LR is at the grid's edge
+    text = run_ladder(more, out, threads=1, dry_run=True).text  # so the sweeps go on: nothing is done
+    rows = [line for line in text.splitlines() if line.startswith("L")]
+    assert rows[0].endswith("[started: finished runs reused]")
+    assert all(r.endswith("[done: reused if the smallest size's sweep picks the LR(s) stored here]") for r in rows[1:])
+    for run in size_dir(out, names[0]).glob("runs/**/" + RESULT_FILE):  # the smallest size's LRs not settled yet
+        run.unlink()
+    assert "[started: finished runs reused]" in run_ladder(transfer, out, threads=1, dry_run=True).text
+
+    plain = make_ladder(data_dir, **kw)
+    no_plan = tmp_path / "no_plan"
+    shutil.copytree(size_dir(out, names[2]) / "runs", size_dir(no_plan, names[2]) / "runs")
+    cases = [
+        (other, f'{size_dir(other, names[1])} holds a different comparison (lr_values: {{"gpt+": ['),
+        (no_plan, f"{size_dir(no_plan, names[2])} exists and is not an angpt compare report (no plan.json)"),
+    ]
+    import angpt.compare
+
+    def no_size_runs(plan, report_dir, **kw):
+        raise AssertionError(f"{report_dir} ran before every size's store was checked")
+
+    monkeypatch.setattr(angpt.compare, "run_comparison", no_size_runs)
+    for where, needle in cases:
+        before = {p: p.stat().st_mtime_ns for p in where.rglob("*")}
+        with pytest.raises(UserError) as dry:
+            run_ladder(plain, where, threads=1, dry_run=True)
+        with pytest.raises(UserError) as real:
+            run_ladder(plain, where, threads=1, progress=False)
+        assert str(dry.value) == str(real.value) and str(real.value).startswith(needle), str(real.value)
+        assert {p: p.stat().st_mtime_ns for p in where.rglob("*")} == before  # nothing trained, nothing written
+
+
 def test_an_arm_whose_every_sweep_run_diverged_at_a_size_is_a_warning_not_a_silent_gap():
     # Seen on the CPU ladder: anGPT's transferred LR 0.032 diverged at step 3 at the largest size, the size's sweep
     # (one fixed LR) had no best, the arm got no main runs there, and the report showed only "-" for its LR.

@@ -144,6 +144,85 @@ def test_nan_loss_stops_with_step_and_last_checkpoint(data_dir, tmp_path, monkey
         train(cfg)
 
 
+@pytest.mark.parametrize("failure", ["nan", "ctrl-c"])
+def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, monkeypatch):
+    """A NaN stop (TrainingError) or a Ctrl-C (KeyboardInterrupt) at step 4 still closes the run's writers: every
+    logged step is in metrics.jsonl as complete JSON, the TensorBoard writer is closed (it flushes its events on
+    close, else every 2 minutes) and so is the progress bar."""
+    from angpt.models import gpt
+    from angpt.train import loop
+
+    calls = {"n": 0}
+    original = gpt.GPT.logits
+
+    def poisoned(self, h):
+        calls["n"] += 1
+        out = original(self, h)
+        if calls["n"] > 6 and failure == "ctrl-c":  # 2 micro-batches per step: step 4
+            raise KeyboardInterrupt
+        return out * float("nan") if calls["n"] > 6 else out
+
+    bars = []
+    real_progress = loop._progress
+
+    def spied_progress(*args):
+        bar = real_progress(*args)
+        bars.append(bar)
+        return bar
+
+    writers = []
+
+    class SpiedLogger(loop.MetricsLogger):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            writers.append(self.tb)
+
+    monkeypatch.setattr(gpt.GPT, "logits", poisoned)
+    monkeypatch.setattr(loop, "_progress", spied_progress)
+    monkeypatch.setattr(loop, "MetricsLogger", SpiedLogger)
+    out = tmp_path / "r"
+    cfg = load_run_config(
+        None,
+        [
+            ("arch", "gpt+"),
+            ("data", str(data_dir)),
+            ("out", str(out)),
+            ("preset", "tiny"),
+            ("train.batch_tokens", 512),
+            ("train.micro_batch", 4),
+            ("train.max_steps", 10),
+            ("train.save_every", 0),
+            ("train.eval_every", 0),
+            ("train.log_every", 1),
+            ("train.dtype", "fp32"),
+            ("train.tensorboard", True),
+            ("train.progress", True),
+        ],
+    )
+    with pytest.raises(TrainingError if failure == "nan" else KeyboardInterrupt):
+        train(cfg)
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3]  # every line whole JSON, the last step logged there
+    assert len(writers) == 1 and writers[0].all_writers is None  # SummaryWriter.close() drops its file writers
+    assert len(bars) == 1 and bars[0].disable  # tqdm.close() marks a bar disabled
+
+
+def test_main_records_its_argv_not_sys_argv(data_dir, tmp_path, monkeypatch):
+    """angpt.cli.main(argv) called from Python: the run's provenance.json records `angpt` + that argv, not the
+    calling process's sys.argv; a library call outside main records sys.argv as it is."""
+    from angpt.invocation import ENV, child_env, command_argv
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--not-these"])
+    monkeypatch.delenv(ENV, raising=False)
+    argv = ["train", "--arch", "gpt+", "--data", str(data_dir), *TINY, "--train.max_steps", "1"]
+    argv += ["--out", str(tmp_path / "r"), "--train.save_every", "0"]
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "r" / "provenance.json").read_text())["command"] == ["angpt", *argv]
+    assert command_argv() == ["/somewhere/else.py", "--not-these"]  # main's argv is gone once it returns
+    # A comparison's worker process records the command of the comparison that started it.
+    monkeypatch.setenv(ENV, child_env({})[ENV].replace("else.py", "parent.py"))
+    assert command_argv() == ["/somewhere/parent.py", "--not-these"]
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

@@ -8,6 +8,7 @@ import os
 import sys
 
 from angpt.errors import UserError
+from angpt.invocation import invoked_as
 
 
 # -------------------------------------------------------------------------------------------------- info
@@ -436,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         _verb_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return args.func(args) or 0
+        with invoked_as(sys.argv[1:] if argv is None else argv):
+            return args.func(args) or 0
     except UserError as e:
         print(f"angpt {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,6 @@ See docs/compare.md. Importing this package does not import matplotlib (plots im
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from angpt.compare.stats import (
 )
 from angpt.compare.store import RunSpec
 from angpt.compare.sweep import SweepResult, Sweeps
+from angpt.invocation import command_line
 
 __all__ = [
     "DEFAULT_ARMS",
@@ -147,7 +147,7 @@ def run_comparison(
     if jobs == "auto" and threads is not None:
         raise UserError("--jobs auto chooses the threads per job too: drop --threads, or give --jobs N")
     report_dir = Path(report_dir)
-    command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
+    command = command if command is not None else command_line()
     changes = check_report_dir(plan, report_dir)
     hz = plan_horizon(plan)
     if hz.short and strict:
@@ -327,7 +327,7 @@ def rewrite_report(
             horizon=hz,
             jobs_measurement=measured,
             machine=earlier.get("machine"),
-            rewritten_by=command if command is not None else shlex.join(["angpt", *sys.argv[1:]]),
+            rewritten_by=command if command is not None else command_line(),
             sample=sample,
             sample_tokens=sample_tokens,
         )

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 from angpt.errors import UserError
+from angpt.invocation import command_line
 
 DESCRIPTION = """\
 Train every arm at every token budget and seed (each budget a full run with its own cosine schedule), after a
@@ -134,7 +133,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.sample_tokens < 1:
         raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
-    command = shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])])
+    command = command_line()
     if args.report_only:
         return _report_only(args, command)
     if args.data is None:

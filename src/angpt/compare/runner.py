@@ -18,6 +18,7 @@ from angpt.compare.progress import Progress
 from angpt.compare.stats import median
 from angpt.compare.store import RESULT_FILE, RunSpec, load_record, read_rows, run_health, write_json
 from angpt.errors import UserError
+from angpt.invocation import child_env
 
 
 class ComparisonInterrupted(KeyboardInterrupt):
@@ -182,7 +183,7 @@ class Runner:
         plan_json = json.dumps(self.plan.to_dict())
         logs = self.report_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        env = child_env(dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads)))
         queue = list(todo)
         running: dict[subprocess.Popen, tuple[RunSpec, Path]] = {}
         received: list[int] = []  # signals that arrived here

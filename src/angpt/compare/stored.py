@@ -60,14 +60,16 @@ def load_plan(report_dir: str | Path) -> Plan:
         raise UserError(f"{path} is unreadable ({type(e).__name__}: {e}); was it written by another angpt?") from e
 
 
-def settle_sweeps(plan_dir: Path) -> tuple[Plan, Sweeps, StoredRuns]:
+def settle_sweeps(plan_dir: Path, plan: Plan | None = None) -> tuple[Plan, Sweeps, StoredRuns]:
     """The compare plan in `plan_dir`, its arms' sweeps at every budget they are due (compare's run_plan order)
     settled from the stored runs, and those runs (Unfinished when a run a sweep needs has no result yet).
 
-    Only the sweeps are settled (not run_plan itself): a main run not finished yet leaves the sweeps readable."""
+    `plan`, if given, is settled instead of the stored one: the plan a re-run would run there (one the store's
+    check_report_dir accepts), which may extend it. Only the sweeps are settled (not run_plan itself): a main run
+    not finished yet leaves the sweeps readable."""
     if not (plan_dir / PLAN_FILE).is_file():
         raise Unfinished(f"{plan_dir} has not started")
-    plan = load_plan(plan_dir)
+    plan = plan or load_plan(plan_dir)
     runs = StoredRuns(plan, plan_dir)
     sweeps: Sweeps = {a.label: {} for a in plan.arms}
     for b in plan.budgets:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from angpt.compare.plan import (
 )
 from angpt.compare.store import RunSpec
 from angpt.errors import UserError
+from angpt.invocation import command_line
 from angpt.models import registry
 from angpt.scaling.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
 
@@ -235,7 +235,7 @@ def run_batch_study(
         raise UserError(f"jobs={jobs!r} must be a positive integer")
     threads = threads or max(1, cpu_cores() // jobs)
     out = Path(out)
-    command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
+    command = command if command is not None else command_line()
     exists = check_out_dir(out, BATCH_FILE, study.identity(), "batch-size study")
     if dry_run:
         from angpt.scaling.estimate import describe_batch

@@ -4,10 +4,10 @@ angpt.scaling's library functions."""
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
 from angpt.errors import UserError
+from angpt.invocation import command_line
 
 DESCRIPTION = """\
 Scaling laws per architecture: train every arm at several model sizes (one --depths dial: width = depth x
@@ -122,7 +122,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
-        command=shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])]),
+        command=command_line(),
         bootstrap=args.bootstrap,
         fit_seed=args.fit_seed,
     )
@@ -194,7 +194,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
-        command=shlex.join(["angpt", *getattr(args, "argv", sys.argv[1:])]),
+        command=command_line(),
     )
     if args.dry_run:
         print(text)

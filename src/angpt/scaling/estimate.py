@@ -8,12 +8,12 @@ from pathlib import Path
 
 from angpt.compare.estimate import estimate_run_seconds, measure_step_times
 from angpt.compare.plan import Arm, Plan, format_lr, format_tokens
-from angpt.compare.store import PLAN_FILE, load_record
+from angpt.compare.store import check_report_dir, load_record
 from angpt.compare.stored import Unfinished, settle_sweeps
 from angpt.compare.sweep import main_specs
-from angpt.errors import UserError
 from angpt.scaling.collect import check_dir, size_dir
 from angpt.scaling.plan import Ladder
+from angpt.scaling.runner import size_plans
 
 
 def _hms(seconds: float) -> str:
@@ -63,12 +63,15 @@ class _Stored:
     done: bool = False  # every run finished: nothing left to train
 
 
-def _stored(plan_dir: Path) -> _Stored | None:
-    """What the store in `plan_dir` holds, read by compare's own sweep rule; None when it has not started."""
-    if not (plan_dir / PLAN_FILE).is_file():
+def _stored(plan: Plan, plan_dir: Path) -> _Stored | None:
+    """What the store in `plan_dir` holds for `plan`, read by compare's own sweep rule; None when it has not started.
+
+    The store is checked as the run checks it (check_report_dir: UserError when it holds another plan), and read
+    with `plan`, which may extend the stored one (more budgets or seeds: not done)."""
+    if check_report_dir(plan, plan_dir) is None:
         return None
     try:
-        plan, sweeps, runs = settle_sweeps(plan_dir)
+        plan, sweeps, runs = settle_sweeps(plan_dir, plan)
     except Unfinished:
         return _Stored()
     mains = main_specs(plan, sweeps)
@@ -90,24 +93,22 @@ def _sweep_left(plan: Plan, plan_dir: Path, arm: Arm) -> int:
     )
 
 
-def _transferred(ladder: Ladder, out: Path) -> dict[str, float]:
-    """The LRs --lr-transfer fixes at the larger sizes: the smallest size's stored choice once its sweep finished,
-    else a stand-in (the estimate needs the arm's step time, not its LR)."""
-    from angpt.scaling.collect import at_smallest
-    from angpt.scaling.runner import transferred_lrs
-
-    try:
-        plan, sweeps, _ = settle_sweeps(size_dir(out, ladder.sizes[0].name))
-        return transferred_lrs(at_smallest(plan, sweeps))
-    except UserError:  # not started, unfinished (Unfinished), or every LR diverged
-        return {a.label: 1.0 for a in ladder.arms}
-
-
-def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measure: bool = True) -> str:
+def describe_ladder(
+    ladder: Ladder,
+    out: Path,
+    *,
+    jobs: int,
+    threads: int,
+    measure: bool = True,
+    plans: tuple[list[Plan], bool] | None = None,
+) -> str:
     """The planned ladder with parameter counts, budgets, run counts and a measured time estimate of the work left.
 
-    Sizes whose store in `out` holds every run are marked done and cost nothing (their step times are not measured);
-    a started size costs its unfinished runs."""
+    Every size's store is checked as the run checks it (runner.size_plans, whose `plans` may be given): a store
+    holding another plan is the run's one-line UserError. Sizes whose store holds every run are marked done and cost
+    nothing (their step times are not measured); a started size costs its unfinished runs. A larger size's store
+    holding transferred LRs the smallest size has not settled yet is costed as reused, and marked so."""
+    plans, known = plans or size_plans(ladder, out)
     labels = [a.label for a in ladder.arms]
     lr_mode = "tuned on the smallest size and reused (--lr-transfer)" if ladder.lr_transfer else "tuned per size"
     sched = (
@@ -126,13 +127,17 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
         + " ".join(f"{'N ' + lab:>12}" for lab in labels)
         + "  budgets (tokens = steps, tokens per N)",
     ]
-    stored = {size.name: _stored(size_dir(out, size.name)) for size in ladder.sizes}
+    stored = {size.name: _stored(plan, size_dir(out, size.name)) for size, plan in zip(ladder.sizes, plans)}
+    lr_check = ladder.check_plan() if ladder.lr_transfer else None  # the transfer check's sweep, at the second size
+    lr_check_st = (_stored(lr_check, check_dir(out, ladder.sizes[1].name)) or _Stored()) if lr_check else None
     for size in ladder.sizes:
         s = size.shape
         n0 = size.params[ladder.baseline]
         budgets = ", ".join(f"{format_tokens(b)} = {ladder.steps(b)} ({b / n0:.3g})" for b in size.budgets)
         st = stored[size.name]
         state = "" if st is None else "  [done: reused]" if st.done else "  [started: finished runs reused]"
+        if st is not None and not known and size != ladder.sizes[0]:
+            state = f"  [{state[3:-1]} if the smallest size's sweep picks the LR(s) stored here]"
         lines.append(
             f"{size.name:<12} {s.depth:>5} {s.width:>5} {s.heads:>5} "
             + " ".join(f"{_si(size.params[lab]):>12}" for lab in labels)
@@ -142,13 +147,10 @@ def describe_ladder(ladder: Ladder, out: Path, *, jobs: int, threads: int, measu
     runs = sweep_runs = ext_runs = finished = 0
     tokens = 0
     timing = []
-    transferred = _transferred(ladder, out) if ladder.lr_transfer else None
-    for i, size in enumerate(ladder.sizes):
-        plan = ladder.size_plan(i, transferred if i > 0 else None)
+    for i, (size, plan) in enumerate(zip(ladder.sizes, plans)):
         here = size_dir(out, size.name)
         st = stored[size.name] or _Stored()
-        check = ladder.check_plan() if i == 1 and ladder.lr_transfer else None  # the transfer check's sweep
-        check_st = (_stored(check_dir(out, size.name)) or _Stored()) if check else None
+        check, check_st = (lr_check, lr_check_st) if i == 1 else (None, None)
         left = not st.done or (check_st is not None and not check_st.done)
         step_t, setup = measure_step_times(plan, threads) if measure and left else ({}, {})
         timing.append((size.name, step_t if left else None, setup))

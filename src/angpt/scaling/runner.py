@@ -12,14 +12,15 @@ Layout of OUT:
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.store import write_json
+from angpt.compare.plan import Plan
+from angpt.compare.store import PLAN_FILE, write_json
 from angpt.errors import UserError
+from angpt.invocation import command_line
 from angpt.scaling.collect import check_dir, size_dir
 from angpt.scaling.plan import LADDER_FILE, Ladder, Size
 
@@ -144,6 +145,54 @@ def transferred_lrs(sweeps: dict) -> dict[str, float]:
     return out
 
 
+def size_plans(ladder: Ladder, out: Path) -> tuple[list[Plan], bool]:
+    """Every size's compare plan, each store in `out` checked against it by compare's check_report_dir (and the
+    LR-transfer check's store against its plan), as each size's comparison checks it on reaching the size: a store
+    holding another plan, or a directory that is no compare report, is that one-line UserError before anything runs.
+
+    With --lr-transfer the larger sizes fix the LRs the smallest size's store settled (UserError, as the run would
+    say, when an arm diverged at every LR there). Until its sweep has finished they are unknown: a larger size's
+    plan fixes its store's own one-point LRs in their place (every other key checked as the run checks it), and the
+    run checks the real ones on reaching the size. Returns the plans and whether their LRs are known (no stand-ins).
+    """
+    from angpt.compare.store import check_report_dir
+    from angpt.compare.stored import Unfinished, settle_sweeps
+    from angpt.scaling.collect import at_smallest
+
+    first = ladder.size_plan(0)
+    check_report_dir(first, size_dir(out, ladder.sizes[0].name))
+    transferred = None
+    if ladder.lr_transfer:
+        check_report_dir(ladder.check_plan(), check_dir(out, ladder.sizes[1].name))
+        try:
+            _, sweeps, _ = settle_sweeps(size_dir(out, ladder.sizes[0].name), first)
+            transferred = transferred_lrs(at_smallest(first, sweeps))
+        except Unfinished:
+            pass
+    plans = [first]
+    for i, size in enumerate(ladder.sizes[1:], start=1):
+        here = size_dir(out, size.name)
+        lrs = (transferred or _stored_point_lrs(ladder, here)) if ladder.lr_transfer else None
+        plans.append(ladder.size_plan(i, lrs))
+        check_report_dir(plans[-1], here)
+    return plans, transferred is not None or not ladder.lr_transfer
+
+
+def _stored_point_lrs(ladder: Ladder, here: Path) -> dict[str, float]:
+    """Stand-ins for the transferred LRs before they are known: each arm's one-point --lr-values in the store at
+    `here`, 1.0 where it holds none (that store holds no transferred plan for the arm, whatever LR is transferred)."""
+    try:
+        stored = json.loads((here / PLAN_FILE).read_text()).get("lr_values") or {}
+    except (OSError, ValueError, AttributeError):  # none yet, or unreadable: check_report_dir says so
+        stored = {}
+    lrs = {}
+    for a in ladder.arms:
+        values = stored.get(a.label) if isinstance(stored, dict) else None
+        one = isinstance(values, list) and len(values) == 1 and isinstance(values[0], (int, float))
+        lrs[a.label] = float(values[0]) if one else 1.0
+    return lrs
+
+
 def run_ladder(
     ladder: Ladder,
     out: str | Path,
@@ -174,8 +223,9 @@ def run_ladder(
         raise UserError(f"jobs={jobs!r} must be a positive integer")
     threads = threads or max(1, cpu_cores() // jobs)
     out = Path(out)
-    command = command if command is not None else shlex.join(["angpt", *sys.argv[1:]])
+    command = command if command is not None else command_line()
     added = check_ladder_dir(out, ladder)
+    plans, known = size_plans(ladder, out)  # every size's store checked now, not after hours at the third size
     change = ""
     if added:
         dial = "depths" if "depths" in ladder.dial else "widths"
@@ -184,7 +234,7 @@ def run_ladder(
     if dry_run:
         from angpt.scaling.estimate import describe_ladder
 
-        text = describe_ladder(ladder, out, jobs=jobs, threads=threads)
+        text = describe_ladder(ladder, out, jobs=jobs, threads=threads, plans=(plans, known))
         if added:
             text = f"{out} holds this ladder with other {change}: finished runs will be reused\n" + text
         elif added is not None:

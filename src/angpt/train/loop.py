@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -387,7 +388,9 @@ class Trainer:
         spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
         before_step = registry.of(self.base).before_step
-        with StopSignals() as signals:
+        # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
+        # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
+        with StopSignals() as signals, closing(logger), pbar if pbar is not None else nullcontext():
             while self.step < tc.max_steps:
                 note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
                 if note and info.is_main:
@@ -473,9 +476,6 @@ class Trainer:
                             file=sys.stderr,
                         )
                     break
-        if pbar is not None:
-            pbar.close()
-        logger.close()
         if info.is_main and status == "finished":
             plot_loss_curve(self.out, f"{cfg.arch} ({cfg.preset})")
         times = sorted(step_times[1:] or step_times)

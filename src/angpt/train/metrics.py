@@ -70,10 +70,12 @@ class MetricsLogger:
             self.wb.log(scalars, step=step)
 
     def close(self) -> None:
+        """Flush and close the TensorBoard / W&B writers (metrics.jsonl is closed after every row)."""
         if self.tb is not None:
             self.tb.close()
         if self.wb is not None:
             self.wb.finish()
+        self.tb = self.wb = None
 
 
 def read_metrics(out: str | Path) -> list[dict[str, Any]]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from angpt.invocation import command_argv
 from angpt.train.config import RunConfig
 from angpt.train.dist import DistInfo
 
@@ -51,6 +51,6 @@ def provenance(cfg: RunConfig, info: DistInfo, dtype: str) -> dict[str, Any]:
         "dtype": dtype,
         "threads": torch.get_num_threads(),
         "hostname": platform.node(),
-        "command": sys.argv,
+        "command": command_argv(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
