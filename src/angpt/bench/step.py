@@ -20,7 +20,7 @@ from torch import nn
 from angpt.errors import UserError
 from angpt.models import build_model, fold_for_inference, make_config, registry
 from angpt.models.layers import cross_entropy
-from angpt.train.hardware import matmul_peak
+from angpt.train.hardware import keep_freed_memory, matmul_peak
 from angpt.train.optim import make_optimizer
 from angpt.train.step import TrainStep, autocast, synchronize
 
@@ -94,6 +94,8 @@ def bench_step(
     """Median ms per training step (forward, backward, optimizer step, constraint) and per folded inference
     forward, for each architecture; ratios against `archs[0]`."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cpu":
+        keep_freed_memory()  # as training does
     runs = []
     for name in archs:
         torch.manual_seed(seed)

@@ -38,6 +38,7 @@ from angpt.train.dist import (
     load_full_state,
     parallelize,
 )
+from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
@@ -164,6 +165,8 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
         self.dtype = resolve_dtype(tc.dtype, info.device)
         notes = check_compute(self.dtype, info.device, tc.compile)
+        if info.device.type == "cpu":
+            keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
         if cfg.dist == "fsdp" and not info.enabled:
             notes.append("--dist fsdp in a single process shards nothing; launch with torchrun --nproc_per_node=N")
         for note in notes if info.is_main else []:

@@ -1,0 +1,52 @@
+"""keep_freed_memory: glibc keeps freed blocks for reuse (CPU training); training turns it on, the env turns it off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# A 64 MiB tensor, freed: how far the process's resident memory falls (MiB), with the setting on or off.
+PROBE = """
+import os, sys, torch
+from angpt.train.hardware import keep_freed_memory
+def rss(): return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+print(keep_freed_memory())
+x = torch.ones(16 << 20)
+before = rss(); del x; print(before - rss())
+"""
+
+
+def probe(env: dict[str, str]) -> tuple[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env={**env, "OMP_NUM_THREADS": "1"}
+    ).stdout.split()
+    return out[0], float(out[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux only")
+def test_freed_memory_is_kept_for_reuse():
+    # glibc's own malloc with its defaults: no preloaded allocator, no MALLOC_* tunables from the caller
+    env = {k: v for k, v in os.environ.items() if k not in ("ANGPT_KEEP_FREED_MEMORY", "LD_PRELOAD", "GLIBC_TUNABLES")}
+    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
+    on, kept_drop = probe(env)
+    off, plain_drop = probe({**env, "ANGPT_KEEP_FREED_MEMORY": "0"})
+    assert (on, off) == ("True", "False")
+    assert plain_drop > 48  # glibc's default returns a freed 64 MiB block to the kernel at once ...
+    assert kept_drop < 8  # ... and keeps it for the next step's allocations with the setting on
+
+
+def test_training_on_cpu_keeps_freed_memory(data_dir, tmp_path, monkeypatch):
+    """The trainer turns the setting on for a CPU run (the compare worker and scaling train through it)."""
+    from angpt.train import loop
+    from angpt.train.config import load_run_config, parse_overrides
+
+    from .test_train import TINY
+
+    calls = []
+    monkeypatch.setattr(loop, "keep_freed_memory", lambda: calls.append(1) or True)
+    args = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "run", "--train.max_steps", "1"]
+    loop.train(load_run_config(None, parse_overrides([str(a) for a in args])))
+    assert calls == [1]
