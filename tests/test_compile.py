@@ -34,6 +34,9 @@ def test_compiled_training_is_one_graph_matches_eager_and_does_not_recompile(arc
     eager = angpt.build_model(arch, "tiny")
     torch.manual_seed(0)
     model = angpt.build_model(arch, "tiny")
+    # training's default loss (models/loss.py) on both sides; its equality with the logits path is
+    # tests/test_fused_loss.py's (Adam turns rounding-level gradient differences into 1e-5 weight differences)
+    model.fused_loss = eager.fused_loss = True
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break raises
     with torch._dynamo.config.patch(error_on_recompile=True):  # same shapes every step: one compile only
         got = steps(model, compiled)

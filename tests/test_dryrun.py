@@ -242,3 +242,45 @@ def test_training_logs_mfu_from_the_measured_cpu_peak(data_dir, tmp_path, one_th
     for row in rows:
         expected = model.flops_per_token(64) * row["tokens_per_sec"] / measured_cpu_peak("fp32")
         assert row["mfu"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("arch", ["gpt+", "angpt"])
+def test_fused_loss_head_memory_matches_the_formula(arch, one_thread):
+    """What the LM head and the loss save for the backward (autograd's saved tensors under bf16 autocast: the whole
+    forward's minus the blocks') against activation_bytes' term outside the blocks. Fused: the gradients computed
+    in the forward, 4h per token and 4Vh once, plus the final norm (the chunk's logits are a temporary, not
+    saved). On the logits the formula counts the peak at the start of the backward, (e + 8) V per token, of which
+    log-softmax's fp32 output (4V) is a saved tensor: the measurement lies between the two."""
+    from angpt.models.loss import CHUNK_BYTES
+
+    d, T, B, V = 64, 128, 4, 4096
+    cfg = make_config(arch, "tiny", d_model=d, n_layers=1, n_heads=4, context_length=T, vocab_size=V)
+    model = build_model(arch, cfg)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    x = torch.randint(0, V, (B, T))
+
+    def saved(fn) -> int:
+        seen: dict[int, int] = {}
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in params:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+            fn()
+        return sum(seen.values())
+
+    def outside(fused: bool) -> float:  # activation_bytes at 1 layer minus one layer's share
+        one, two = (activation_bytes(make_config(arch, cfg, n_layers=n), T, B, "bf16", fused)[0] for n in (1, 2))
+        return 2 * one - two
+
+    blocks = saved(lambda: model.hidden(x))
+    model.fused_loss = True
+    fused = saved(lambda: model(x, x)) - blocks
+    # GPT+: 4% under the formula; anGPT has no final norm, whose (8 + e) h per token the formula counts: 21% under
+    assert fused == pytest.approx(outside(True) - CHUNK_BYTES["cuda"], rel=0.3)
+    model.fused_loss = False
+    logits = saved(lambda: model(x, x)) - blocks
+    assert B * T * 4 * V <= logits <= outside(False)
+    assert fused < logits / 5  # at V = 4096 the fused head keeps a fifth of what the logits path saves

@@ -117,14 +117,14 @@ def test_nan_loss_stops_with_step_and_last_checkpoint(data_dir, tmp_path, monkey
     from angpt.models import gpt
 
     calls = {"n": 0}
-    original = gpt.GPT.logits
+    original = gpt.GPT.head  # what both the fused loss and the logits are computed from
 
     def poisoned(self, h):
         calls["n"] += 1
-        out = original(self, h)
-        return out * float("nan") if calls["n"] > 6 else out  # 2 micro-batches per step: NaN from step 4
+        x, w, scale = original(self, h)
+        return (x * float("nan") if calls["n"] > 6 else x), w, scale  # 2 micro-batches per step: NaN from step 4
 
-    monkeypatch.setattr(gpt.GPT, "logits", poisoned)
+    monkeypatch.setattr(gpt.GPT, "head", poisoned)
     cfg = load_run_config(
         None,
         [
@@ -153,14 +153,14 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
     from angpt.train import loop
 
     calls = {"n": 0}
-    original = gpt.GPT.logits
+    original = gpt.GPT.head  # what both the fused loss and the logits are computed from
 
     def poisoned(self, h):
         calls["n"] += 1
-        out = original(self, h)
+        x, w, scale = original(self, h)
         if calls["n"] > 6 and failure == "ctrl-c":  # 2 micro-batches per step: step 4
             raise KeyboardInterrupt
-        return out * float("nan") if calls["n"] > 6 else out
+        return (x * float("nan") if calls["n"] > 6 else x), w, scale
 
     bars = []
     real_progress = loop._progress
@@ -177,7 +177,7 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
             super().__init__(*args, **kwargs)
             writers.append(self.tb)
 
-    monkeypatch.setattr(gpt.GPT, "logits", poisoned)
+    monkeypatch.setattr(gpt.GPT, "head", poisoned)
     monkeypatch.setattr(loop, "_progress", spied_progress)
     monkeypatch.setattr(loop, "MetricsLogger", SpiedLogger)
     out = tmp_path / "r"

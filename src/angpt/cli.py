@@ -283,10 +283,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         reps=args.reps,
         device=args.device,
+        fused_loss=args.loss == "fused",
     )
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu" else platform.processor()
     print(
         f"# step benchmark: preset={args.preset} batch={args.batch_size} dtype={args.dtype} compile={args.compile} "
+        f"loss={args.loss} "
         f"reps={args.reps} torch={torch.__version__} device={dev or 'cpu'} threads={torch.get_num_threads()}"
     )
     print(format_table(rows))
@@ -417,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seq-len", type=int, default=None)
     s.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     s.add_argument("--compile", action="store_true")
+    s.add_argument(
+        "--loss",
+        choices=["fused", "logits"],
+        default="fused",
+        help="our models' training loss: chunked without the logits (as train.fused_loss, the default) or on them",
+    )
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--reps", type=int, default=10)
     s.add_argument("--device", default=None)

@@ -90,9 +90,11 @@ def bench_step(
     reps: int = 10,
     device: str | None = None,
     seed: int = 0,
+    fused_loss: bool = True,
 ) -> list[StepTiming]:
     """Median ms per training step (forward, backward, optimizer step, constraint) and per folded inference
-    forward, for each architecture; ratios against `archs[0]`."""
+    forward, for each architecture; ratios against `archs[0]`. `fused_loss`: our models compute the training
+    loss chunk by chunk without the logits, as training does by default (a peer computes it on its logits)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cpu":
         keep_freed_memory()  # as training does
@@ -101,6 +103,7 @@ def bench_step(
         torch.manual_seed(seed)
         arch, model = build_arm(name, preset)
         model = model.to(dev)
+        model.fused_loss = fused_loss  # our models' training loss, as train.fused_loss sets it (peers ignore it)
         T = seq_len or model.config.context_length
         opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
         infer = fold_for_inference(model).to(dev)

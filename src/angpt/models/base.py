@@ -6,11 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from angpt.models.config import ModelConfig
-from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions, softmax_scale
+from angpt.models.layers import KVCache, RoPE, cross_entropy, row_positions, scaled_linear, softmax_scale
+from angpt.models.loss import linear_cross_entropy
 
 Recorder = Callable[[str, torch.Tensor], None]
 
@@ -64,6 +66,7 @@ class LanguageModel(nn.Module):
     weight_constraint: str = "none"
     controls: frozenset[str] = frozenset()  # the control options (config.CONTROLS) this model implements
     checkpoint_blocks: bool = False  # recompute each block in backward (set by train.dist.parallelize)
+    fused_loss: bool = False  # forward(x, targets) -> (None, loss) without the full logits (set by training)
 
     @classmethod
     def check_config(cls, cfg: ModelConfig) -> None:
@@ -85,8 +88,13 @@ class LanguageModel(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.rope = RoPE(config.head_dim, config.context_length, config.rope_theta)
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The LM head as (x, W, scale): logits = scale * (x W^T), scale None or a [V] vector."""
         raise NotImplementedError
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        x, weight, scale = self.head(h)
+        return scaled_linear(x, weight, scale) if scale is not None else F.linear(x, weight)
 
     def hidden(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Final hidden states [B, T, d] (before the LM head); advances the cache by T."""
@@ -108,8 +116,13 @@ class LanguageModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return (logits [B, T, V], mean cross-entropy against `targets` or None)."""
-        logits = self.logits(self.hidden(input_ids, cache))
+        """Return (logits [B, T, V], mean cross-entropy against `targets` or None); with `fused_loss` set and targets
+        given, (None, loss), the loss computed chunk by chunk without the logits (models/loss.py)."""
+        h = self.hidden(input_ids, cache)
+        if self.fused_loss and targets is not None:
+            x, weight, scale = self.head(h)
+            return None, linear_cross_entropy(x, weight, targets, scale)
+        logits = self.logits(h)
         loss = cross_entropy(logits, targets) if targets is not None else None
         return logits, loss
 

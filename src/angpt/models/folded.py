@@ -144,8 +144,8 @@ class FoldedLM(LanguageModel):
         else:
             self.att_scale = None
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(h)
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return h, self.lm_head.weight, None
 
     @classmethod
     def start(cls, model: nn.Module) -> tuple[nn.Module, FoldedLM]:
@@ -193,8 +193,8 @@ class FoldedGPT(FoldedLM):
         super().__init__(config)
         self.final_norm = make_norm(config, config.d_model)
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.final_norm(h))
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return self.final_norm(h), self.lm_head.weight, None
 
     @classmethod
     @torch.no_grad()

@@ -143,8 +143,8 @@ class GPT(LanguageModel):
             if isinstance(m, WNLinear):
                 m.match_gain()  # g = ||V||: W = V, so gpt+wn starts as GPT+ does (same seed, same weights)
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.final_norm(h))
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return self.final_norm(h), self.lm_head.weight, None  # a WNLinear's weight is its effective g V/||V||
 
     @classmethod
     @torch.no_grad()

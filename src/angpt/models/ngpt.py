@@ -104,9 +104,9 @@ class SphereLM(LanguageModel):
         for scale in frozen:
             scale.param.requires_grad_(False)
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # logits = s_z * (W_out h); no final norm
-        return scaled_linear(h, self.lm_head.weight, self.s_z())
+        return h, self.lm_head.weight, self.s_z()
 
 
 class NGPT(SphereLM):

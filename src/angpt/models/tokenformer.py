@@ -150,8 +150,8 @@ class TokenFormer(LanguageModel):
                 if values is not None:
                     values.normal_(0.0, self.value_std())
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(layer_norm(h, self.config.norm_eps))
+    def head(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return layer_norm(h, self.config.norm_eps), self.lm_head.weight, None
 
 
 def saved_per_token(cfg: ModelConfig, e: int) -> float:

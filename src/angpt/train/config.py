@@ -56,6 +56,7 @@ class TrainConfig:
     init_any_tokenizer: bool = False  # let --init_from start from weights trained with another tokenizer
     spike_factor: float = 0.0  # stop when a step's loss exceeds this multiple of the running mean (0 disables)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
+    fused_loss: bool = True  # the loss chunk by chunk without the full logits (models/loss.py)
     device: str = "auto"
     seed: int = 0
     deterministic: bool = False

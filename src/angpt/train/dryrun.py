@@ -65,6 +65,7 @@ class DryRunReport:
     step_time: float  # seconds
     warning: str | None  # set when the estimate does not fit the GPU: what to change
     checkpointing: bool = False  # the run recomputes each block in backward (train.activation_checkpointing)
+    fused_loss: bool = True  # the loss without the full logits (train.fused_loss)
 
     @property
     def needed(self) -> float:
@@ -118,7 +119,7 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
     else:
         dtype = "fp32" if tc.dtype == "fp32" else "bf16"
     dist = cfg.dist if gpus > 1 else "single"
-    memory = estimate_memory(model, T, tc.micro_batch, gpus, dist, dtype)
+    memory = estimate_memory(model, T, tc.micro_batch, gpus, dist, dtype, tc.fused_loss)
     flops = model.flops_per_token(T)
     report = DryRunReport(
         arch=cfg.arch,
@@ -143,6 +144,7 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
         step_time=flops * tc.batch_tokens / (gpus * device.peak_flops * mfu),
         warning=None,
         checkpointing=tc.activation_checkpointing,
+        fused_loss=tc.fused_loss,
     )
     report.warning = _fit_advice(report, model)
     return report
@@ -176,7 +178,9 @@ def _cpu_bf16() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- memory
-def activation_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: str = "bf16") -> tuple[float, float]:
+def activation_bytes(
+    cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: str = "bf16", fused_loss: bool = False
+) -> tuple[float, float]:
     """Bytes of activations kept for the backward, (without, with) full per-block activation checkpointing.
 
     The method is Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
@@ -195,8 +199,11 @@ def activation_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: st
 
     46h + 8f bytes at bf16 (78h for f = 4h), against their 34h. Outside the blocks: the final norm (8 + e) h and
     the logits (e) with the fp32 log-softmax kept for the backward (4) and the fp32 gradient of the logits (4),
-    (e + 8) V bytes per token. With checkpointing each block keeps only its input, which is the fp32 residual
-    stream here (4h, against their 2h), and one block's activations live again while it is recomputed.
+    (e + 8) V bytes per token. With the fused loss (train.fused_loss, models/loss.py) the logits are never kept:
+    the head's input gradient, computed in the forward, is kept instead (4h per token: the fp32 stream's), plus its
+    weight gradient (4 V h, once) and one chunk's fp32 logits. With checkpointing each block keeps only its input,
+    which is the fp32 residual stream here (4h, against their 2h), and one block's activations live again while it
+    is recomputed.
 
     An estimate: under CPU bf16 autocast, saved-tensor hooks count the formula's 78h per layer for GPT+ (plus the
     RoPE tables, which do not grow with the batch), 16% less for GPT (no QK-norm), ~20% more for nGPT and ~10%
@@ -210,11 +217,18 @@ def activation_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int, dtype: st
     own = registry.get(cfg.arch).saved_per_token  # an architecture whose block is not this one counts its own
     per_token = own(cfg, e) if own is not None else 2 * (8 + e) * h + (8 + 2 * e) * h + 7 * e * h + 4 * e * f
     layer = tokens * per_token
-    outside = tokens * ((8 + e) * h + (e + 8) * V)
+    if fused_loss:
+        from angpt.models.loss import CHUNK_BYTES
+
+        outside = tokens * ((8 + e) * h + 4 * h) + 4 * V * h + CHUNK_BYTES["cuda"]
+    else:
+        outside = tokens * ((8 + e) * h + (e + 8) * V)
     return L * layer + outside, L * tokens * 4 * h + layer + outside
 
 
-def estimate_memory(model: LanguageModel, seq_len: int, micro_batch: int, gpus: int, dist: str, dtype: str) -> Memory:
+def estimate_memory(
+    model: LanguageModel, seq_len: int, micro_batch: int, gpus: int, dist: str, dtype: str, fused_loss: bool = True
+) -> Memory:
     """Memory per GPU of training `model` (built on any device; only shapes are read); see `activation_bytes`.
 
     - states: fp32 parameters, gradients and Adam's m and v, 16 bytes per parameter; FSDP2 shards them over the
@@ -238,7 +252,7 @@ def estimate_memory(model: LanguageModel, seq_len: int, micro_batch: int, gpus: 
         working += 4.0 * p_total
     elif dist == "fsdp":
         working += 8.0 * p_root + 12.0 * p_block
-    act, act_ckpt = activation_bytes(model.config, seq_len, micro_batch, dtype)
+    act, act_ckpt = activation_bytes(model.config, seq_len, micro_batch, dtype, fused_loss)
     return Memory(states, working, act, act_ckpt)
 
 
@@ -250,12 +264,12 @@ def _fit_advice(r: DryRunReport, model: LanguageModel) -> str | None:
     options = []
     for mb in range(r.micro_batch - 1, 0, -1):  # the largest micro-batch that fits and divides the batch
         if (r.batch_tokens // r.seq_len) % (mb * r.gpus) == 0:
-            mem = estimate_memory(model, r.seq_len, mb, r.gpus, r.dist, r.dtype)
+            mem = estimate_memory(model, r.seq_len, mb, r.gpus, r.dist, r.dtype, r.fused_loss)
             if (mem.total_ckpt if r.checkpointing else mem.total) <= limit:
                 options.append(f"--train.micro_batch {mb} ({_gb(mem.total)})")
                 break
     if r.dist == "ddp":
-        mem = estimate_memory(model, r.seq_len, r.micro_batch, r.gpus, "fsdp", r.dtype)
+        mem = estimate_memory(model, r.seq_len, r.micro_batch, r.gpus, "fsdp", r.dtype, r.fused_loss)
         options.append(f"--dist fsdp ({_gb(mem.total)} on {r.gpus} GPUs)")
     if not r.checkpointing:
         options.append(f"--train.activation_checkpointing true ({_gb(r.memory.total_ckpt)})")

@@ -174,6 +174,7 @@ class Trainer:
 
         torch.manual_seed(tc.seed)
         model = model_from_config(self.mcfg).to(info.device)
+        model.fused_loss = tc.fused_loss
         self.flops_per_token = model.flops_per_token(self.T)
         self.model = parallelize(
             model, info, cfg.dist, dtype=self.dtype, activation_checkpointing=tc.activation_checkpointing
