@@ -2,7 +2,8 @@
 
 Materialising the logits costs, per token, V values in the compute dtype, an fp32 copy for the loss, log-softmax's
 fp32 output and in backward a zero-filled fp32 gradient: at V = 50,304 and 16K tokens a micro-batch that is
-several GB, and on a CPU at the `demo` preset a quarter of a bf16 step (benchmarks/RESULTS.md, issue 9). Here each
+several GB (on a CPU at the `demo` preset it neither costs nor saves measurable time: benchmarks/RESULTS.md,
+issue 9). Here each
 chunk of rows computes its logits, its loss and, when a gradient is wanted, the gradient at once (softmax minus
 one-hot, Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models", arXiv 2411.09009, and
 Liger-Kernel's fused linear cross-entropy): dx, dW and d(scale) are kept and `backward` only multiplies them by the
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = -100  # targets not counted, as F.cross_entropy's default
 CHUNK_BYTES = {"cuda": 512 << 20, "cpu": 8 << 20}  # one chunk's fp32 logits: large for GPU matmuls, cache-sized on CPU
 
 
