@@ -937,3 +937,17 @@ def test_a_result_file_that_is_json_but_not_a_record_counts_as_not_finished(tmp_
     for stray in ("[1, 2]", "null", '"finished"', "3"):
         (tmp_path / RESULT_FILE).write_text(stray)
         assert load_record(tmp_path, 4) is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_worker_killed_by_a_signal_is_interrupted_not_failed(data_dir, tmp_path, monkeypatch, signum):
+    """A worker the signal reaches before the trainer handles it dies of it (status -signum): the comparison
+    stops as interrupted by that signal (a re-run resumes), not with "run failed"."""
+    from angpt.compare import ComparisonInterrupted, runner
+
+    suicide = f"import os, signal; os.kill(os.getpid(), {int(signum)})"
+    monkeypatch.setattr(runner, "worker_command", lambda *a: [sys.executable, "-c", suicide])
+    plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
+    with pytest.raises(ComparisonInterrupted) as e:
+        run_comparison(plan, tmp_path / "killed", jobs=2, threads=1, progress=False)
+    assert e.value.signum == signum

@@ -117,6 +117,18 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     return record
 
 
+def stop_signal(returncode: int) -> int | None:
+    """The signal that interrupted a worker, from its exit status; None if none did. A worker that caught SIGINT
+    or SIGTERM saved a checkpoint and exits INTERRUPTED_EXIT; one the signal reached before the trainer's handler
+    was installed (or a second signal killed) dies of it (status -signum): interrupted too, not failed, since a
+    run only ever resumes from a complete checkpoint."""
+    if returncode == INTERRUPTED_EXIT:
+        return signal.SIGINT
+    if returncode in (-signal.SIGINT, -signal.SIGTERM):
+        return -returncode
+    return None
+
+
 def worker_command(report_dir: Path, spec: RunSpec, threads: int) -> list[str]:
     """The command line of a worker process that runs `spec` (the plan comes on its stdin)."""
     return [
@@ -223,8 +235,9 @@ class Runner:
                 time.sleep(0.1)
                 for proc in [p for p in running if p.poll() is not None]:
                     spec, log = running.pop(proc)
-                    if proc.returncode == INTERRUPTED_EXIT:
-                        interrupted = interrupted or signal.SIGINT
+                    stopped_by = stop_signal(proc.returncode)
+                    if stopped_by is not None:  # the run keeps its last checkpoint; a re-run resumes it
+                        interrupted = interrupted or stopped_by
                         self.progress.finish(self._dir(spec), 0)
                         continue
                     if proc.returncode != 0:
