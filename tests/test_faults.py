@@ -4,6 +4,7 @@ Checkpoint, CLI and data faults live in test_faults_checkpoint.py, test_faults_c
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -135,6 +136,8 @@ def test_non_finite_gradient_stops_before_the_update(data_dir, tmp_path, monkeyp
     last = sorted((out / "checkpoints").glob("step_*"))[-1]
     assert last.name == "step_000002"
     assert all(torch.isfinite(t).all() for t in load_file(str(last / "model.safetensors")).values())
+    failed = metrics(out)[-1]  # the failing step is logged with its gradient norm and the error
+    assert failed["step"] == 4 and math.isnan(failed["grad_norm"]) and "gradient norm is nan" in failed["error"]
 
 
 def test_resume_refuses_data_with_another_tokenizer(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """The training pipeline: recipes, exact resume, signals, NaN stops, bad input, DDP and FSDP2 on CPU."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -201,7 +202,12 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
     )
     with pytest.raises(TrainingError if failure == "nan" else KeyboardInterrupt):
         train(cfg)
-    assert [r["step"] for r in metrics(out)] == [1, 2, 3]  # every line whole JSON, the last step logged there
+    rows = metrics(out)  # every line whole JSON, the last step logged there
+    if failure == "nan":  # the failing step is logged too: its loss and the error that stopped the run
+        assert [r["step"] for r in rows] == [1, 2, 3, 4] and "error" not in rows[2]
+        assert math.isnan(rows[3]["loss"]) and rows[3]["error"].startswith("loss is nan at step 4")
+    else:
+        assert [r["step"] for r in rows] == [1, 2, 3]
     assert len(writers) == 1 and writers[0].all_writers is None  # SummaryWriter.close() drops its file writers
     assert len(bars) == 1 and bars[0].disable  # tqdm.close() marks a bar disabled
 

@@ -333,6 +333,12 @@ class Trainer:
         xb, _ = next(iter(iter_eval_batches(self.cfg.data, min(4, self.tc.micro_batch), self.T, max_batches=1)))
         return health_metrics(self.base, xb.to(self.info.device))
 
+    def _fail(self, logger: MetricsLogger, row: dict[str, Any], message: str) -> None:
+        """Log the failing step's `row` with the error (rank 0), then stop with a TrainingError saying `message`."""
+        if self.info.is_main:
+            logger.log({**row, "error": message})
+        raise TrainingError(message)
+
     def save(self, metrics: dict) -> Path | None:
         """Checkpoint the current step (every rank gathers; rank 0 writes); returns its path on rank 0."""
         model_sd = full_model_state(self.model)
@@ -401,22 +407,27 @@ class Trainer:
                     print(note, file=sys.stderr)
                 t0 = time.perf_counter()
                 loss_value = self.step_fn.accumulate(self.loader.next_batch).item()
+                # A step that stops the run is logged (its loss, and the gradient norm once known, with the
+                # error) before the TrainingError, so metrics.jsonl shows where and how training failed.
+                where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
+                failed = {"step": self.step + 1, "loss": loss_value}
                 if not math.isfinite(loss_value):
-                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
-                    raise TrainingError(f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
+                    self._fail(logger, failed, f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
                 if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
-                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
-                    raise TrainingError(
+                    self._fail(
+                        logger,
+                        failed,
                         f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
                         f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); lower "
-                        "the learning rate or add warm-up, and train again from it"
+                        "the learning rate or add warm-up, and train again from it",
                     )
                 grad_norm = self.step_fn.clip()
                 if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
-                    where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
-                    raise TrainingError(
+                    self._fail(
+                        logger,
+                        {**failed, "grad_norm": float(grad_norm)},
                         f"gradient norm is {float(grad_norm)} at step {self.step + 1}; stopping before the update "
-                        f"({where})"
+                        f"({where})",
                     )
                 self.step_fn.apply()
                 self.step += 1
