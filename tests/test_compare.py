@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from angpt.compare import (
     make_plan,
@@ -951,3 +952,17 @@ def test_a_worker_killed_by_a_signal_is_interrupted_not_failed(data_dir, tmp_pat
     with pytest.raises(ComparisonInterrupted) as e:
         run_comparison(plan, tmp_path / "killed", jobs=2, threads=1, progress=False)
     assert e.value.signum == signum
+
+
+def test_the_estimates_training_step_is_set_up_as_the_trainers(data_dir, monkeypatch):
+    """The dry run's step times and `--jobs auto` time the trainer's step: the fused loss on (train.fused_loss's
+    default) and, on a CPU, freed memory kept, as angpt.train.loop sets them up."""
+    from angpt.compare import estimate
+    from angpt.train.config import TrainConfig
+
+    calls = []
+    monkeypatch.setattr("angpt.train.hardware.keep_freed_memory", lambda: calls.append(1) or True)
+    plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["angpt"], seeds=[0], lr_grid=[1])
+    step, _ = estimate.train_step_for(plan, plan.arms[0], torch.device("cpu"))
+    assert step.model.fused_loss is TrainConfig().fused_loss is True
+    assert calls == [1]

@@ -28,6 +28,7 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     from angpt.data import TokenLoader, load_meta
     from angpt.models import model_from_config
     from angpt.train.config import load_run_config
+    from angpt.train.hardware import keep_freed_memory
     from angpt.train.loop import resolve_model_config
     from angpt.train.optim import make_optimizer
     from angpt.train.step import TrainStep, resolve_dtype
@@ -36,6 +37,9 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     mcfg = resolve_model_config(cfg, meta if meta is not None else load_meta(plan.data))
     torch.manual_seed(0)
     model = model_from_config(mcfg).to(device)
+    model.fused_loss = cfg.train.fused_loss  # as the trainer sets up its model ...
+    if device.type == "cpu":
+        keep_freed_memory()  # ... and its process
     opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
     loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
     accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
