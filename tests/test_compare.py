@@ -494,11 +494,12 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
 
 def test_report_records_the_dtype_used_not_auto(monkeypatch):
     from angpt.compare.machine import machine_info
-    from angpt.train import step
+    from angpt.train import hardware
 
-    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 2.0)
     assert machine_info("auto", "cpu")["dtype"] == "bf16"
-    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: False)
+    assert machine_info("auto", "cpu")["cpu_bf16_matmul_speedup"] == 2.0  # the measurement behind the choice
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)
     assert machine_info("auto", "cpu")["dtype"] == "fp32"
     assert machine_info("bf16", "cpu")["dtype"] == "bf16"
 
@@ -698,6 +699,27 @@ def test_report_only_on_a_finished_store_reproduces_its_report(compared, data_di
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds this comparison with other seeds [0, 1] -> [0, 1, 2]" in err
     assert snapshot(out / "runs") == runs
+
+
+def test_report_names_the_dtype_the_runs_computed_in_and_flags_a_mix(compared, tmp_path):
+    """Each run records the dtype `auto` resolved to; the report states it, and runs that computed in different
+    dtypes (a store resumed on another machine) are flagged as not comparable."""
+    from angpt.compare.report import write_stored_report
+
+    _, finished, _ = compared
+    results = sorted((finished / "runs").rglob("result.json"))
+    assert results and {json.loads(p.read_text())["dtype"] for p in results} == {"fp32"}
+    assert json.loads((finished / "report.json").read_text())["machine"]["dtype"] == "fp32"
+    assert not any("dtypes" in w for w in json.loads((finished / "report.json").read_text())["warnings"])
+
+    out = tmp_path / "mixed"
+    shutil.copytree(finished, out)
+    for victim in (out / "runs").rglob("result.json"):  # one arm's runs were resumed on a machine picking bf16
+        if json.loads(victim.read_text())["arm"] == "angpt":
+            victim.write_text(json.dumps({**json.loads(victim.read_text()), "dtype": "bf16"}))
+    report, _, _ = write_stored_report(out, command="angpt compare (test)", jobs=1, threads=1)
+    assert any("different dtypes (bf16, fp32)" in w for w in report["warnings"])
+    assert "different dtypes (bf16, fp32)" in (out / "report.md").read_text()
 
 
 def test_report_only_without_a_store_is_one_line_and_writes_nothing(tmp_path, capsys):

@@ -72,13 +72,19 @@ def test_compile_without_a_compiler_is_a_one_line_error(data_dir, tmp_path, monk
     assert not out.exists()  # nothing written
 
 
-def test_bf16_without_native_support_warns(monkeypatch):
-    from angpt.train import step
+def test_bf16_where_it_does_not_pay_warns(monkeypatch):
+    from angpt.train import hardware, step
 
-    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: False)
-    assert any("100x slower" in w for w in step.check_compute("bf16", torch.device("cpu"), compile=False))
-    monkeypatch.setattr(step, "cpu_supports_bf16", lambda: True)
-    assert step.check_compute("bf16", torch.device("cpu"), compile=False) == []
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.0)  # no bf16 instructions: emulated
+    assert any("100x slower" in w for w in step.check_compute("bf16", cpu, compile=False))
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # instructions, but slower than fp32 (AMX hidden)
+    (warning,) = step.check_compute("bf16", cpu, compile=False)
+    assert "0.60x the speed of fp32" in warning and "--train.dtype fp32" in warning
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 2.0)
+    assert step.check_compute("bf16", cpu, compile=False) == []
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.0)
+    assert step.check_compute("fp32", cpu, compile=False) == []
 
 
 @pytest.mark.parametrize("arch", angpt.ARCHS)

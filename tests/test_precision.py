@@ -4,6 +4,8 @@ Each dtype path is forced explicitly: `train.dtype: auto` picks bf16 on CUDA and
 elsewhere, so a test that relied on `auto` would test a different path on each machine.
 """
 
+import json
+
 import pytest
 import torch
 
@@ -170,3 +172,67 @@ def test_folded_model_under_bf16_matches_training_model(arch):
         b, _ = folded(x)
     rel = (a.float() - b.float()).pow(2).mean().sqrt() / a.float().pow(2).mean().sqrt()
     assert rel < 0.02
+
+
+def test_auto_resolves_once_per_run_and_a_resume_keeps_it(data_dir, tmp_path, monkeypatch, capsys):
+    """`train.dtype: auto` is resolved when a run starts and recorded in its checkpoints: resumed on a machine
+    that would pick fp32, the run goes on in bf16, bit for bit; asking for the other dtype is refused in one line,
+    and naming the recorded one explicitly is the same run."""
+    from angpt.train import hardware
+
+    common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.max_steps", "4", "--train.deterministic", "true"]
+    common += ["--train.save_every", "0"]
+    assert run_cli(*common, "--train.dtype", "bf16", "--out", tmp_path / "straight") == 0
+
+    split = [*common, "--train.dtype", "auto", "--out", tmp_path / "split"]
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 2.0)  # this machine: bf16 pays
+    assert run_cli(*split, "--train.stop_at", "2") == 0
+    (ckpt,) = (tmp_path / "split" / "checkpoints").glob("step_*")
+    assert json.loads((ckpt / "state.json").read_text())["compute_dtype"] == "bf16"
+
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # another machine: auto would pick fp32
+    capsys.readouterr()
+    rows = metrics(tmp_path / "split")
+    assert run_cli(*common, "--train.dtype", "fp32", "--out", tmp_path / "split", "--resume", "auto") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trained in bf16" in err[0] and "--train.dtype bf16" in err[0], err
+    assert metrics(tmp_path / "split") == rows  # nothing trained, nothing rewritten
+
+    assert run_cli(*split, "--train.stop_at", "3", "--resume", "auto") == 0
+    assert run_cli(*common, "--train.dtype", "bf16", "--out", tmp_path / "split", "--resume", "auto") == 0
+    a, b = metrics(tmp_path / "straight"), metrics(tmp_path / "split")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+
+
+def test_auto_picks_bf16_only_where_it_is_measured_faster(monkeypatch):
+    """bf16 on a CPU only where its matmuls are measured >= 1.5x fp32's: the flags alone do not say it (a Xeon
+    with AMX hidden by its hypervisor reports AVX512-BF16 and multiplies bf16 at ~0.6x fp32's speed)."""
+    from angpt.train import hardware
+    from angpt.train.step import resolve_dtype
+
+    cpu = torch.device("cpu")
+    for speedup, want in ((0.0, "fp32"), (0.6, "fp32"), (1.49, "fp32"), (1.5, "bf16"), (8.0, "bf16")):
+        monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda s=speedup: s)
+        assert resolve_dtype("auto", cpu) == want, speedup
+        assert resolve_dtype("fp32", cpu) == "fp32" and resolve_dtype("bf16", cpu) == "bf16"
+
+
+def test_cpu_bf16_speedup_measures_only_cpus_with_bf16_instructions(monkeypatch):
+    from angpt.train import hardware
+
+    def peak(dtype, device, n, reps):
+        calls.append(dtype)
+        return {"fp32": 100e9, "bf16": 60e9}[dtype]
+
+    calls = []
+    monkeypatch.setattr(hardware, "matmul_peak", peak)
+    for flags, want in ((set(), 0.0), ({"avx2", "avx512_bf16"}, 0.6), ({"amx_bf16"}, 0.6)):
+        monkeypatch.setattr(hardware, "cpu_flags", lambda f=flags: frozenset(f))
+        hardware.cpu_bf16_speedup.cache_clear()
+        calls.clear()
+        assert hardware.cpu_bf16_speedup() == pytest.approx(want)
+        assert (calls == []) == (not flags)  # nothing measured without bf16 instructions
+        if flags:
+            assert calls.count("fp32") == calls.count("bf16") >= 3  # in turns, best of several
+    hardware.cpu_bf16_speedup.cache_clear()

@@ -285,12 +285,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         device=args.device,
         fused_loss=args.loss == "fused",
     )
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu" else platform.processor()
+    on_gpu = torch.cuda.is_available() and args.device != "cpu"
+    dev = torch.cuda.get_device_name() if on_gpu else platform.processor()
     print(
         f"# step benchmark: preset={args.preset} batch={args.batch_size} dtype={args.dtype} compile={args.compile} "
         f"loss={args.loss} "
         f"reps={args.reps} torch={torch.__version__} device={dev or 'cpu'} threads={torch.get_num_threads()}"
     )
+    if not on_gpu:  # the flags and the measurement that decide bf16 here (RESULTS.md rows quote them)
+        from angpt.train.hardware import cpu_bf16_summary
+
+        bf16 = cpu_bf16_summary()
+        print(
+            f"# cpu bf16: instructions {','.join(bf16['cpu_bf16_instructions']) or 'none'}; bf16/fp32 matmul speed "
+            f"{bf16['cpu_bf16_matmul_speedup'] or '-'}; train.dtype auto -> {bf16['cpu_auto_dtype']}"
+        )
     print(format_table(rows))
     return 0
 

@@ -15,6 +15,7 @@ def machine_info(dtype: str = "auto", device: str = "auto") -> dict[str, Any]:
 
     import angpt
     from angpt.train.dist import pick_device
+    from angpt.train.hardware import cpu_bf16_summary
     from angpt.train.step import resolve_dtype
 
     cpu = platform.processor() or platform.machine()
@@ -40,6 +41,7 @@ def machine_info(dtype: str = "auto", device: str = "auto") -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu,
         "cpu_cores": os.cpu_count(),
+        **cpu_bf16_summary(),
         "gpu": gpu,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
     }

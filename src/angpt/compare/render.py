@@ -91,7 +91,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         f"- command: `{report['command']}`",
         f"- angpt {mach['angpt_version']} (git {mach['git_revision'] or 'n/a'}), torch {mach['torch_version']}, "
         f"python {mach['python_version']}",
-        f"- machine: {mach['hostname']} ({mach['platform']}); CPU {mach['cpu']} x{mach['cpu_cores']}; "
+        f"- machine: {mach['hostname']} ({mach['platform']}); CPU {mach['cpu']} x{mach['cpu_cores']}{_bf16(mach)}; "
         f"GPU {mach['gpu'] or 'none'}; {_jobs(report)}, device {plan.device}",
         f"- data: {plan.data} (tokenizer {ds.get('tokenizer')}, vocab {ds.get('vocab_size')}, "
         f"{format_tokens(ds.get('train_tokens') or 0)} train / {format_tokens(ds.get('val_tokens') or 0)} val tokens; "
@@ -353,3 +353,13 @@ def _runs_so_far(plan: Plan, partial: dict[str, Any]) -> list[str]:
         for label, budgets in partial.get("unsettled", {}).items()
     ]
     return lines + ([""] + waiting if waiting else [])
+
+
+def _bf16(mach: dict[str, Any]) -> str:
+    """' (bf16: avx512_bf16, matmuls 0.58x fp32's)': what decides `auto` on the CPU (absent from older reports)."""
+    if "cpu_bf16_instructions" not in mach:
+        return ""
+    speedup = mach.get("cpu_bf16_matmul_speedup")
+    return f" (bf16: {', '.join(mach['cpu_bf16_instructions']) or 'no instructions'}" + (
+        f", matmuls {speedup}x fp32's)" if speedup else ")"
+    )

@@ -69,6 +69,14 @@ def write_report(
         "verdicts": [verdict(plan, lab, e, smoke) for lab, e in arms.items() if lab != plan.baseline],
         "warnings": warnings(plan, arms, meta, horizon),
     }
+    dtypes = sorted({r["dtype"] for r in records.values() if r.get("dtype")})
+    if len(dtypes) == 1:
+        report["machine"] = {**report["machine"], "dtype": dtypes[0]}  # what the runs computed in
+    elif dtypes:
+        report["warnings"].append(
+            f"the runs computed in different dtypes ({', '.join(dtypes)}): their losses and step times are not "
+            "comparable; re-run with --dtype fp32 or --dtype bf16"
+        )
     if sample is not None and partial is not None:
         report["warnings"].append("no --sample continuations in a partial report: they come from finished runs")
         sample = None

@@ -57,6 +57,7 @@ _STATE_TYPES: dict[str, tuple[type, ...]] = {
     "files": (dict,),
     "run_id": (str,),
     "world_size": (int,),
+    "compute_dtype": (str,),
 }
 
 

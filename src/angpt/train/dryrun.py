@@ -19,6 +19,7 @@ from angpt.models.base import LanguageModel
 from angpt.train.config import RunConfig
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
 from angpt.train.loop import check_batch_geometry, resolve_model_config
+from angpt.train.step import resolve_dtype
 
 GPU_CHOICES = (*ACCELERATORS, "cpu")
 
@@ -110,7 +111,7 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
         model = model_from_config(mcfg)
 
     if device is None:
-        dtype = "bf16" if tc.dtype == "bf16" or (tc.dtype == "auto" and _cpu_bf16()) else "fp32"
+        dtype = resolve_dtype(tc.dtype, torch.device("cpu"))
         measured = {d: measured_cpu_peak(d) for d in ("fp32", dtype)}  # fp32 always; bf16 when the run uses it
         source = f"measured {dtype} matmul peak" + (
             f"; fp32: {measured['fp32'] / 1e9:.3g} GFLOP/s" if dtype != "fp32" else ""
@@ -169,12 +170,6 @@ def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
         return mcfg, f"{cfg.data}/meta.json ({meta['vocab_size']} tokens, padded to a multiple of 64)"
     why = f"{cfg.data} is not prepared yet" if cfg.data else "no data folder given"
     return mcfg, f"the preset ({why})"
-
-
-def _cpu_bf16() -> bool:
-    from angpt.train.step import cpu_supports_bf16
-
-    return cpu_supports_bf16()
 
 
 # ------------------------------------------------------------------------------------------------- memory

@@ -1,4 +1,5 @@
-"""Accelerators: dense bf16 peak FLOP/s and memory (one table for MFU and dry runs), and a measured CPU peak."""
+"""Accelerators: dense bf16 peak FLOP/s and memory (one table for MFU and dry runs), a measured CPU peak, and
+whether bf16 pays on this CPU."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -69,6 +71,64 @@ def measured_cpu_peak(dtype: str = "fp32") -> float:
 @functools.lru_cache(maxsize=8)
 def _cpu_peak(dtype: str, threads: int) -> float:
     return matmul_peak(dtype, torch.device("cpu"), n=1024, reps=5)
+
+
+# bf16 autocast is worth its rounding on a CPU only where bf16 matmuls are clearly faster than fp32 ones: 2x on
+# AVX512-BF16 EPYCs, more with AMX, but 0.5-0.65x on a Xeon whose hypervisor hides AMX (benchmarks/RESULTS.md).
+BF16_MIN_SPEEDUP = 1.5
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The feature flags of this machine's CPU (/proc/cpuinfo; empty where the OS has none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_bf16_instructions() -> list[str]:
+    """The bf16 matmul instructions this CPU has (AMX, AVX512-BF16); without them torch emulates bf16."""
+    return [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_bf16_speedup() -> float:
+    """bf16 over fp32 matmul throughput on this CPU, measured once per process (~20-50 ms); 0.0, unmeasured,
+    on a CPU without bf16 instructions.
+
+    The flags alone do not say it: a Xeon whose hypervisor hides AMX still reports AVX512-BF16, and its bf16
+    matmuls run at 0.5-0.65x fp32's. Square 512 x 512 matmuls, fp32 and bf16 in turns, best of 5 each, so that
+    load on the machine slows both alike.
+    """
+    if not cpu_bf16_instructions():
+        return 0.0
+    cpu = torch.device("cpu")
+    best = {"fp32": 0.0, "bf16": 0.0}
+    for _ in range(5):
+        for dtype in best:
+            best[dtype] = max(best[dtype], matmul_peak(dtype, cpu, n=512, reps=1))
+    return best["bf16"] / best["fp32"]
+
+
+def cpu_prefers_bf16() -> bool:
+    """Whether bf16 autocast pays on this CPU: bf16 instructions and bf16 matmuls >= BF16_MIN_SPEEDUP x fp32's."""
+    return cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def cpu_bf16_summary() -> dict[str, object]:
+    """What decides bf16 on this CPU, for provenance: its bf16 instructions and the measured matmul speedup."""
+    speedup = cpu_bf16_speedup()
+    return {
+        "cpu_bf16_instructions": cpu_bf16_instructions(),
+        "cpu_bf16_matmul_speedup": round(speedup, 2) if speedup else None,
+        "cpu_auto_dtype": "bf16" if cpu_prefers_bf16() else "fp32",
+    }
 
 
 def cpu_memory() -> float:

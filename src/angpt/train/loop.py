@@ -42,7 +42,7 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resume
+from angpt.train.resume import check_resume, resumed_dtype
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, resolve_dtype, synchronize
 
@@ -146,8 +146,8 @@ class Trainer:
                 print(f"removed {p}, left by an interrupted save", file=sys.stderr)
         self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
         # Rotation deletes only this run's checkpoints: a resumed run keeps its id.
-        saved_id = ckpt.read_state(self.resume_from, require=()).get("run_id") if self.resume_from else None
-        self.run_id = saved_id or ckpt.new_run_id()
+        self.saved = ckpt.read_state(self.resume_from, require=()) if self.resume_from else {}
+        self.run_id = self.saved.get("run_id") or ckpt.new_run_id()
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
@@ -163,7 +163,8 @@ class Trainer:
             )
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
-        self.dtype = resolve_dtype(tc.dtype, info.device)
+        # A run computes in one dtype for life: `auto` resolves once, when the run starts (state.json keeps it).
+        self.dtype = resumed_dtype(tc.dtype, self.saved, lambda d: resolve_dtype(d, info.device))
         notes = check_compute(self.dtype, info.device, tc.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
@@ -226,7 +227,7 @@ class Trainer:
         if self.resume_from is not None:
             path = self.resume_from
             state = ckpt.read_state(path)
-            notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity)
+            notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity, self.dtype)
             trainer = ckpt.load_trainer_state(path)
             model_sd = ckpt.load_model_state(path)
             ckpt.check_fits(self.base, model_sd, str(path))
@@ -358,6 +359,7 @@ class Trainer:
             "metrics": metrics,
             "world_size": self.info.world_size,
             "data_identity": self.data_identity,
+            "compute_dtype": self.dtype,
         }
         return ckpt.save_checkpoint(
             self.out,

@@ -36,8 +36,10 @@ def git_revision(where: Path | None = None) -> str | None:
 
 def provenance(cfg: RunConfig, info: DistInfo, dtype: str) -> dict[str, Any]:
     import angpt
+    from angpt.train.hardware import cpu_bf16_summary
 
     dev = torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else platform.processor() or "cpu"
+    cpu = cpu_bf16_summary() if info.device.type == "cpu" else {}  # what decided `auto` on this CPU
     return {
         "angpt_version": angpt.__version__,
         "torch_version": torch.__version__,
@@ -49,6 +51,7 @@ def provenance(cfg: RunConfig, info: DistInfo, dtype: str) -> dict[str, Any]:
         "world_size": info.world_size,
         "dist": cfg.dist if info.enabled else None,
         "dtype": dtype,
+        **cpu,
         "threads": torch.get_num_threads(),
         "hostname": platform.node(),
         "command": command_argv(),

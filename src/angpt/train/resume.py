@@ -10,6 +10,7 @@ tokenizer) refuses with a one-line error naming the field: resuming under it wou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from angpt.errors import UserError
@@ -32,7 +33,6 @@ FIXED_TRAIN = (
     "micro_batch",
     "seq_len",
     "seed",
-    "dtype",
 )
 
 
@@ -47,10 +47,25 @@ def _resolved(saved: Any) -> Any:
         return saved
 
 
+def resumed_dtype(requested: str, state: dict[str, Any], resolve: Callable[[str], str]) -> str:
+    """The compute dtype a resumed run uses: with `auto`, the one the run has computed in (state.json's
+    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise `resolve(requested)`."""
+    recorded = state.get("compute_dtype")
+    if requested == "auto" and recorded in ("bf16", "fp32"):
+        return recorded
+    return resolve(requested)
+
+
 def check_resume(
-    path: Any, state: dict[str, Any], cfg: RunConfig, mcfg: ModelConfig, data_identity: dict[str, Any] | None
+    path: Any,
+    state: dict[str, Any],
+    cfg: RunConfig,
+    mcfg: ModelConfig,
+    data_identity: dict[str, Any] | None,
+    dtype: str | None = None,
 ) -> list[str]:
-    """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`; else the changes applied."""
+    """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`, computing in `dtype` (the
+    resolved compute dtype); else the changes applied."""
     saved = state.get("run_config") or {}
     saved_train = saved.get("train") or {}
     if _resolved(state.get("model_config")) != mcfg.to_dict():
@@ -61,6 +76,20 @@ def check_resume(
                 f"cannot resume {path} with train.{key}={getattr(cfg.train, key)!r}: the run was trained with "
                 f"{saved_train[key]!r}; resume without changing it, or start a new run (--out)"
             )
+    # The compute dtype: what the run computed in against what this one would (`auto` resolves per machine);
+    # checkpoints from before it was recorded compare the requested setting.
+    recorded_dtype = state.get("compute_dtype")
+    if recorded_dtype is not None and dtype is not None:
+        if recorded_dtype != dtype:
+            raise UserError(
+                f"cannot resume {path} computing in {dtype} (train.dtype={cfg.train.dtype}): the run was trained in "
+                f"{recorded_dtype}; resume with --train.dtype {recorded_dtype} (or auto), or start a new run (--out)"
+            )
+    elif "dtype" in saved_train and saved_train["dtype"] != cfg.train.dtype:
+        raise UserError(
+            f"cannot resume {path} with train.dtype={cfg.train.dtype!r}: the run was trained with "
+            f"{saved_train['dtype']!r}; resume without changing it, or start a new run (--out)"
+        )
     recorded = state.get("data_identity")
     if recorded and data_identity:
         if recorded.get("tokenizer_hash") != data_identity.get("tokenizer_hash"):
