@@ -289,12 +289,21 @@ def test_folded_logits_equal_unfolded(arch, overrides):
         ("gpt+", {"laurel_rw_shape": "matrix"}, "laurel_rw_shape"),
         ("ngpt", {"laurel": "lr"}, "laurel='lr' does not apply to arch 'ngpt'; it applies to: gpt, gpt\\+, angpt, "),
         ("tokenformer", {"laurel": "rw"}, "laurel='rw' does not apply to arch 'tokenformer'"),
+        # the frozen-alpha control with RW: RW's weights would learn the step size the control fixes
+        ("angpt", {"laurel": "rw+lr", "freeze_alpha": True}, r"freeze_alpha with model.laurel=rw\+lr: LAUREL's RW"),
+        ("angpt", {"laurel": "rw", "freeze_scales": True}, "freeze_scales with model.laurel=rw: LAUREL's RW"),
     ],
 )
 def test_bad_laurel_configs_are_one_line_errors(arch, overrides, match):
     with pytest.raises(ConfigError, match=match) as e:
         angpt.make_config(arch, "tiny", **overrides)
     assert "\n" not in str(e.value)
+
+
+def test_frozen_alpha_goes_with_laurel_parts_that_leave_the_step_alone():
+    for laurel in ("lr", "pa"):
+        model = angpt.build_model("angpt", "tiny", laurel=laurel, freeze_alpha=True)
+        assert not any(b.alpha_A.param.requires_grad for b in model.blocks)
 
 
 def test_rank_above_width_is_fine_without_lr():

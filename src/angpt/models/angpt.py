@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from angpt.errors import ConfigError
 from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
@@ -107,6 +108,17 @@ class ANGPT(SphereLM):
     weight_constraint = "bounded"
     # LAUREL's A, B are not constrained: not unit maps (docs/architectures.md#laurel)
     controls = SphereLM.controls | {"laurel"}
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        if (cfg.freeze_alpha or cfg.freeze_scales) and "rw" in cfg.laurel_parts:
+            # RW's learned weights multiply the branch and the stream, h <- nu (c_A h_A + c_h h): they take over
+            # the step size the frozen alpha fixes, so the control would not control anything.
+            frozen = "freeze_alpha" if cfg.freeze_alpha else "freeze_scales"
+            raise ConfigError(
+                f"model.{frozen} with model.laurel={cfg.laurel}: LAUREL's RW weights learn the step size that the "
+                "frozen alphas fix; freeze alpha without RW (model.laurel none, lr, pa)"
+            )
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
