@@ -236,3 +236,34 @@ def test_cpu_bf16_speedup_measures_only_cpus_with_bf16_instructions(monkeypatch)
         if flags:
             assert calls.count("fp32") == calls.count("bf16") >= 3  # in turns, best of several
     hardware.cpu_bf16_speedup.cache_clear()
+
+
+def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_for_old_checkpoints():
+    from angpt.errors import UserError
+    from angpt.train.config import RunConfig
+    from angpt.train.resume import check_resume, resumed_dtype
+
+    mcfg = angpt.make_config("angpt", "tiny")
+
+    def state(requested, compute=None):
+        cfg = RunConfig(arch="angpt", preset="tiny")
+        cfg.train.dtype = requested
+        return {"model_config": mcfg.to_dict(), "run_config": cfg.to_dict(), "compute_dtype": compute}
+
+    def cfg(requested):
+        c = RunConfig(arch="angpt", preset="tiny")
+        c.train.dtype = requested
+        return c
+
+    new = state("auto", "bf16")
+    assert check_resume("ckpt", new, cfg("bf16"), mcfg, None, "bf16") == []  # auto -> bf16, now named: same run
+    with pytest.raises(UserError, match="computing in fp32 .*trained in bf16"):
+        check_resume("ckpt", new, cfg("fp32"), mcfg, None, "fp32")
+    assert resumed_dtype("auto", new, lambda d: "fp32") == "bf16"  # auto keeps the run's dtype on any machine
+    assert resumed_dtype("fp32", new, lambda d: d) == "fp32"  # an explicit request is what it says (refused above)
+    old = {**state("auto"), "compute_dtype": None}  # written before compute_dtype was recorded
+    del old["compute_dtype"]
+    assert check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32") == []
+    with pytest.raises(UserError, match="train.dtype='bf16': the run was trained with 'auto'"):
+        check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16")
+    assert resumed_dtype("auto", old, lambda d: "fp32") == "fp32"

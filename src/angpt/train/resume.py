@@ -70,25 +70,19 @@ def check_resume(
     saved_train = saved.get("train") or {}
     if _resolved(state.get("model_config")) != mcfg.to_dict():
         raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
-    for key in FIXED_TRAIN:
+    # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
+    # older checkpoints compare the requested setting.
+    recorded_dtype = state.get("compute_dtype") if dtype is not None else None
+    for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key in saved_train and saved_train[key] != getattr(cfg.train, key):
             raise UserError(
                 f"cannot resume {path} with train.{key}={getattr(cfg.train, key)!r}: the run was trained with "
                 f"{saved_train[key]!r}; resume without changing it, or start a new run (--out)"
             )
-    # The compute dtype: what the run computed in against what this one would (`auto` resolves per machine);
-    # checkpoints from before it was recorded compare the requested setting.
-    recorded_dtype = state.get("compute_dtype")
-    if recorded_dtype is not None and dtype is not None:
-        if recorded_dtype != dtype:
-            raise UserError(
-                f"cannot resume {path} computing in {dtype} (train.dtype={cfg.train.dtype}): the run was trained in "
-                f"{recorded_dtype}; resume with --train.dtype {recorded_dtype} (or auto), or start a new run (--out)"
-            )
-    elif "dtype" in saved_train and saved_train["dtype"] != cfg.train.dtype:
+    if recorded_dtype is not None and recorded_dtype != dtype:
         raise UserError(
-            f"cannot resume {path} with train.dtype={cfg.train.dtype!r}: the run was trained with "
-            f"{saved_train['dtype']!r}; resume without changing it, or start a new run (--out)"
+            f"cannot resume {path} computing in {dtype} (train.dtype={cfg.train.dtype}): the run was trained in "
+            f"{recorded_dtype}; resume with --train.dtype {recorded_dtype} (or auto), or start a new run (--out)"
         )
     recorded = state.get("data_identity")
     if recorded and data_identity:
