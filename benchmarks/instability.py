@@ -11,6 +11,7 @@ breaks the concentration-of-measure assumption behind nu). docs/open_choices.md#
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 
@@ -57,7 +58,11 @@ def main() -> None:
             print(f"   {name:<3} {per_layer}")
         with torch.no_grad():
             params = dict(model.named_parameters())
-            sigma = {n: float(torch.linalg.matrix_norm(params[n] - w, ord=2)) for n, w in w0.items()}
+            # a diverged step leaves non-finite weights, whose singular values do not exist
+            sigma = {
+                n: float(torch.linalg.matrix_norm(params[n] - w, ord=2)) if params[n].isfinite().all() else math.inf
+                for n, w in w0.items()
+            }
         top = sorted(sigma.items(), key=lambda kv: -kv[1])[:4]
         print("   largest update sigma_max: " + ", ".join(f"{n} {s:.2f}" for n, s in top))
 

@@ -206,6 +206,11 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
     if failure == "nan":  # the failing step is logged too: its loss and the error that stopped the run
         assert [r["step"] for r in rows] == [1, 2, 3, 4] and "error" not in rows[2]
         assert math.isnan(rows[3]["loss"]) and rows[3]["error"].startswith("loss is nan at step 4")
+        # and says what to change, with the run's own values (GPT+'s recipe: lr 2e-3, 5% of 10 steps of warm-up)
+        assert (
+            "lower the learning rate (train.lr=0.002) or lengthen the warm-up (train.warmup_steps=1)"
+            in rows[3]["error"]
+        )
     else:
         assert [r["step"] for r in rows] == [1, 2, 3]
     assert len(writers) == 1 and writers[0].all_writers is None  # SummaryWriter.close() drops its file writers

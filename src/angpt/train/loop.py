@@ -334,6 +334,14 @@ class Trainer:
         xb, _ = next(iter(iter_eval_batches(self.cfg.data, min(4, self.tc.micro_batch), self.T, max_batches=1)))
         return health_metrics(self.base, xb.to(self.info.device))
 
+    def _remedy(self) -> str:
+        """What to change after a divergence: the run's learning rate and warm-up, named."""
+        warmup = self.sched.lr_lambdas[0].warmup_steps  # the run's Schedule (train/optim.py)
+        return (
+            f"lower the learning rate (train.lr={self.cfg.lr:g}) or lengthen the warm-up "
+            f"(train.warmup_steps={warmup}), then train again (docs/open_choices.md, early-training spikes)"
+        )
+
     def _fail(self, logger: MetricsLogger, row: dict[str, Any], message: str) -> None:
         """Log the failing step's `row` with the error (rank 0), then stop with a TrainingError saying `message`."""
         if self.info.is_main:
@@ -414,14 +422,18 @@ class Trainer:
                 where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
                 failed = {"step": self.step + 1, "loss": loss_value}
                 if not math.isfinite(loss_value):
-                    self._fail(logger, failed, f"loss is {loss_value} at step {self.step + 1}; stopping ({where})")
+                    self._fail(
+                        logger,
+                        failed,
+                        f"loss is {loss_value} at step {self.step + 1}; stopping ({where}); {self._remedy()}",
+                    )
                 if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
                     self._fail(
                         logger,
                         failed,
                         f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
-                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); lower "
-                        "the learning rate or add warm-up, and train again from it",
+                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); "
+                        f"{self._remedy()}",
                     )
                 grad_norm = self.step_fn.clip()
                 if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
@@ -429,7 +441,7 @@ class Trainer:
                         logger,
                         {**failed, "grad_norm": float(grad_norm)},
                         f"gradient norm is {float(grad_norm)} at step {self.step + 1}; stopping before the update "
-                        f"({where})",
+                        f"({where}); {self._remedy()}",
                     )
                 self.step_fn.apply()
                 self.step += 1
