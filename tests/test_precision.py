@@ -238,8 +238,9 @@ def test_cpu_bf16_speedup_measures_only_cpus_with_bf16_instructions(monkeypatch)
     hardware.cpu_bf16_speedup.cache_clear()
 
 
-def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_for_old_checkpoints():
+def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_for_old_checkpoints(monkeypatch):
     from angpt.errors import UserError
+    from angpt.train import hardware
     from angpt.train.config import RunConfig
     from angpt.train.resume import check_resume, resumed_dtype
 
@@ -259,11 +260,25 @@ def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_
     assert check_resume("ckpt", new, cfg("bf16"), mcfg, None, "bf16") == []  # auto -> bf16, now named: same run
     with pytest.raises(UserError, match="computing in fp32 .*trained in bf16"):
         check_resume("ckpt", new, cfg("fp32"), mcfg, None, "fp32")
-    assert resumed_dtype("auto", new, lambda d: "fp32") == "bf16"  # auto keeps the run's dtype on any machine
-    assert resumed_dtype("fp32", new, lambda d: d) == "fp32"  # an explicit request is what it says (refused above)
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # this machine would pick fp32
+    assert resumed_dtype("auto", new, cpu) == "bf16"  # auto keeps the run's dtype on any machine
+    assert resumed_dtype("fp32", new, cpu) == "fp32"  # an explicit request is what it says (refused above)
     old = {**state("auto"), "compute_dtype": None}  # written before compute_dtype was recorded
     del old["compute_dtype"]
     assert check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32") == []
     with pytest.raises(UserError, match="train.dtype='bf16': the run was trained with 'auto'"):
         check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16")
-    assert resumed_dtype("auto", old, lambda d: "fp32") == "fp32"
+    assert resumed_dtype("auto", old, cpu) == "fp32"
+
+
+def test_cpuinfo_gives_the_first_processors_model_and_flags(monkeypatch):
+    from angpt.train import hardware
+
+    text = "processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+    text += "processor\t: 1\nflags\t: amx_bf16\n"
+    info = hardware.parse_cpuinfo(text)
+    assert info["model name"] == "Some Xeon" and info["flags"] == "fpu avx2 avx512_bf16"
+    monkeypatch.setattr(hardware, "cpu_info", lambda: info)
+    assert hardware.cpu_flags() == {"fpu", "avx2", "avx512_bf16"}
+    assert hardware.cpu_bf16_instructions() == ["avx512_bf16"]  # not the second processor's amx_bf16

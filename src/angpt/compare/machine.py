@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-from pathlib import Path
 from typing import Any
 
 
@@ -15,17 +14,10 @@ def machine_info(dtype: str = "auto", device: str = "auto") -> dict[str, Any]:
 
     import angpt
     from angpt.train.dist import pick_device
-    from angpt.train.hardware import cpu_bf16_summary
+    from angpt.train.hardware import cpu_bf16_summary, cpu_info
     from angpt.train.step import resolve_dtype
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_info().get("model name") or platform.processor() or platform.machine()
     gpu = None
     if torch.cuda.is_available():
         gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))

@@ -80,16 +80,28 @@ CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The feature flags of this machine's CPU (/proc/cpuinfo; empty where the OS has none)."""
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ("model name", "flags", ...); empty where the OS has none."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
-        return frozenset()
+        return {}
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The fields of the first processor block of a /proc/cpuinfo text."""
+    info: dict[str, str] = {}
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        if not line.strip():
+            break  # the end of the first processor's block
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return info
+
+
+def cpu_flags() -> frozenset[str]:
+    """The feature flags of this machine's CPU (empty where the OS does not say)."""
+    return frozenset(cpu_info().get("flags", "").split())
 
 
 def cpu_bf16_instructions() -> list[str]:

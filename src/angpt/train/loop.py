@@ -44,7 +44,7 @@ from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
 from angpt.train.resume import check_resume, resumed_dtype
 from angpt.train.signals import StopSignals
-from angpt.train.step import TrainStep, autocast, check_compute, resolve_dtype, synchronize
+from angpt.train.step import TrainStep, autocast, check_compute, synchronize
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
 
@@ -164,7 +164,7 @@ class Trainer:
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
         # A run computes in one dtype for life: `auto` resolves once, when the run starts (state.json keeps it).
-        self.dtype = resumed_dtype(tc.dtype, self.saved, lambda d: resolve_dtype(d, info.device))
+        self.dtype = resumed_dtype(tc.dtype, self.saved, info.device)
         notes = check_compute(self.dtype, info.device, tc.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step

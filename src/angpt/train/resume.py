@@ -10,12 +10,14 @@ tokenizer) refuses with a one-line error naming the field: resuming under it wou
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from angpt.errors import UserError
 from angpt.models import ModelConfig
 from angpt.train.config import RunConfig
+from angpt.train.step import resolve_dtype
 
 # train.* fields that change how the optimisation goes or which tokens are seen: fixed for the life of a run.
 FIXED_TRAIN = (
@@ -47,13 +49,13 @@ def _resolved(saved: Any) -> Any:
         return saved
 
 
-def resumed_dtype(requested: str, state: dict[str, Any], resolve: Callable[[str], str]) -> str:
-    """The compute dtype a resumed run uses: with `auto`, the one the run has computed in (state.json's
-    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise `resolve(requested)`."""
+def resumed_dtype(requested: str, state: dict[str, Any], device: torch.device) -> str:
+    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (state.json's
+    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
     recorded = state.get("compute_dtype")
     if requested == "auto" and recorded in ("bf16", "fp32"):
         return recorded
-    return resolve(requested)
+    return resolve_dtype(requested, device)
 
 
 def check_resume(
