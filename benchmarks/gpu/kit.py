@@ -1,0 +1,546 @@
+"""The GPU evidence kit: one command that turns a short GPU loan into measured results.
+
+    bash benchmarks/gpu/run.sh OUT [--smoke] [--only env,speed,sweep,race]
+    python benchmarks/gpu/kit.py --plan        # what the full run costs on one H100 (estimates, no GPU)
+
+Steps, in order; each writes OUT/results.json and re-renders OUT/report.md as it finishes, so a loan that ends
+early keeps what the earlier steps measured:
+  data   a corpus made on the machine (offline), tokenised with a BPE trained there
+  env    GPU, torch/CUDA versions, measured bf16 matmul TFLOP/s, the SDPA flash backend, torch.compile
+  speed  step time and MFU of GPT+, nGPT, anGPT and transformers' Qwen3 side by side in one process (bench step)
+  sweep  the first steps at the paper's batch (~0.5M tokens per step, context 1024, gpt2-small): loss, pre-clip
+         gradient norm and per-layer residual norms after every step (angpt.bench.firststeps)
+  race   `angpt train` for each arm at its best swept rate, the same tokens in the same order, with the time left
+Sizes and budgets come from benchmarks/gpu/settings.yaml (`full`, or `smoke`: tiny shapes on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import sysconfig
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+STEPS = ("data", "env", "speed", "sweep", "race")
+
+
+# ------------------------------------------------------------------------------------------------ results
+class Results:
+    """results.json, rewritten after every change, and report.md rendered from it."""
+
+    def __init__(self, out: Path, profile: str, settings: dict) -> None:
+        self.out = out
+        self.started = time.time()
+        self.data: dict[str, Any] = {
+            "profile": profile,
+            "settings": settings,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "command": " ".join(sys.argv),
+            "revision": _revision(),
+            "timeline": [],
+        }
+
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        self.write()
+
+    def mark(self, step: str, status: str, seconds: float, error: str | None = None) -> None:
+        entry = {"step": step, "status": status, "seconds": round(seconds, 1), "at": round(self.elapsed(), 1)}
+        if error:
+            entry["error"] = error
+        self.data["timeline"].append(entry)
+        self.write()
+
+    def write(self) -> None:
+        self.data["elapsed_s"] = round(self.elapsed(), 1)
+        tmp = self.out / "results.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.out / "results.json")
+        from report import render  # benchmarks/gpu/report.py
+
+        (self.out / "report.md").write_text(render(self.data))
+
+
+def _revision() -> str:
+    """The git commit of this checkout (with "+changes" if it has uncommitted ones), or $ANGPT_REVISION where the
+    tree was copied without its .git (a GPU machine)."""
+    import subprocess
+
+    if os.environ.get("ANGPT_REVISION"):
+        return os.environ["ANGPT_REVISION"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "src", "benchmarks/gpu"],
+            cwd=HERE.parent.parent,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return head.stdout.strip()[:12] + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------------------ steps
+def step_data(cfg: dict, work: Path, res: Results) -> dict:
+    """Make the corpus and tokenise it: `site-packages` (every .py file of the installed packages), `stdlib`, or
+    a path `angpt prepare` reads."""
+    from angpt.data import prepare_dataset
+
+    spec = cfg["data"]
+    source = spec["source"]
+    if source == "site-packages":
+        source = str(_site_packages_corpus(work / "corpus.jsonl", 5 * spec["max_tokens"]))
+    data_dir = work / f"data-{spec['tokenizer'].replace(':', '')}-{spec['max_tokens']}"
+    meta = prepare_dataset(
+        source,
+        spec["tokenizer"],
+        data_dir,
+        val_fraction=spec["val_fraction"],
+        max_tokens=spec["max_tokens"],
+        progress=False,
+    )
+    splits = {k: v.get("tokens", 0) for k, v in meta.get("splits", {}).items()}
+    return {"dir": str(data_dir), "source": spec["source"], "vocab_size": meta["vocab_size"], "tokens": splits}
+
+
+def _site_packages_corpus(path: Path, max_bytes: int) -> Path:
+    """A JSONL of the .py files under this Python's site-packages (sorted paths), up to `max_bytes` of text."""
+    if path.exists():
+        return path
+    roots = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    files = sorted(p for r in roots for p in Path(r).rglob("*.py") if "__pycache__" not in p.parts)
+    used = 0
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        for p in files:
+            try:
+                text = p.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(text) < 200:
+                continue
+            f.write(json.dumps({"text": text}) + "\n")
+            used += len(text)
+            if used >= max_bytes:
+                break
+    tmp.replace(path)
+    return path
+
+
+def step_env(cfg: dict) -> dict:
+    """What this machine is and whether the features the project relies on work here."""
+    import torch.nn.functional as F
+
+    from angpt.train.hardware import peak_for_device_name
+
+    dev = torch.device(cfg["device"])
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+        "device": str(dev),
+    }
+    with contextlib.suppress(ImportError):
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        env.update(
+            gpu=props.name,
+            capability=f"{props.major}.{props.minor}",
+            memory_gb=round(props.total_memory / 1e9, 1),
+            sms=props.multi_processor_count,
+            cudnn=torch.backends.cudnn.version(),
+            datasheet_bf16_tflops=(peak_for_device_name(props.name) or 0) / 1e12,
+        )
+    n = 8192 if dev.type == "cuda" else 512
+    env["bf16_matmul_tflops"] = round(_matmul_tflops(dev, torch.bfloat16, n), 1)
+    env["fp32_matmul_tflops"] = round(_matmul_tflops(dev, torch.float32, n // 2), 2)
+    # the SDPA backends our attention call can take (flash for causal training on CUDA)
+    q = torch.randn(2, 4, 256, 64, device=dev, dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
+        env[f"sdpa_{name.lower()}"] = _sdpa_works(name, q, F)
+    t0 = time.perf_counter()
+    try:
+        fn = torch.compile(lambda x: torch.nn.functional.silu(x) * x + 1.0)
+        x = torch.randn(64, 64, device=dev)
+        ok = bool(torch.allclose(fn(x), torch.nn.functional.silu(x) * x + 1.0, atol=1e-5))
+        env["compile"] = "works" if ok else "wrong result"
+    except Exception as e:  # noqa: BLE001 - the kit reports what is broken and goes on
+        env["compile"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    env["compile_s"] = round(time.perf_counter() - t0, 1)
+    return env
+
+
+def _matmul_tflops(dev: torch.device, dtype: torch.dtype, n: int, reps: int = 10) -> float:
+    a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(dev)
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def _sdpa_works(name: str, q: torch.Tensor, F) -> str:
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, name)):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return "works"
+    except Exception as e:  # noqa: BLE001
+        return f"no: {str(e).splitlines()[0][:120]}" if str(e) else f"no: {type(e).__name__}"
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
+    """`angpt bench step` at each shape: every arm in turns in one process, bf16, eager then compiled."""
+    from angpt.bench.step import bench_step
+
+    spec = cfg["speed"]
+    out: list[dict] = []
+    for shape in spec["shapes"]:
+        entry = {**shape, "arms": spec["arms"]}
+        if time.time() > deadline:
+            entry["status"] = "skipped: out of the step's time budget"
+            out.append(entry)
+            continue
+        t0 = time.time()
+        try:
+            rows = bench_step(
+                spec["arms"],
+                shape["preset"],
+                batch_size=shape["batch"],
+                seq_len=shape["seq_len"],
+                dtype=cfg["dtype"],
+                compile=shape["compile"],
+                warmup=spec["warmup"],
+                reps=spec["reps"],
+                device=cfg["device"],
+            )
+            entry["rows"] = [vars(r) for r in rows]
+            entry["status"] = "done"
+        except Exception as e:  # noqa: BLE001 - one shape failing (out of memory, say) leaves the others
+            entry["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            entry["traceback"] = traceback.format_exc(limit=4)[-1500:]
+        entry["seconds"] = round(time.time() - t0, 1)
+        if cfg["device"] == "cuda":
+            entry["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 1)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        out.append(entry)
+        res.set("speed", out)
+    return out
+
+
+def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dict]:
+    """The first steps of each (arm, lr) at the paper's batch, in the settings' order, until the budget ends."""
+    from angpt.bench.firststeps import first_steps
+    from angpt.data import TokenLoader
+
+    spec = cfg["sweep"]
+    T, micro = spec["seq_len"], spec["micro_batch"]
+    accum = spec["batch_tokens"] // (T * micro)
+    if accum * T * micro != spec["batch_tokens"]:
+        raise ValueError(f"sweep.batch_tokens {spec['batch_tokens']} is not a multiple of seq_len x micro_batch")
+    probe, _ = TokenLoader(data["dir"], "val", spec["probe_batch"], T, seed=0).next_batch()
+    runs: list[dict] = []
+    times: list[float] = []  # measured seconds per step, any arm: the next run's estimate
+    for arm, lr in spec["runs"]:
+        left = deadline - time.time()
+        estimate = (max(times) if times else 0.0) * spec["steps"] * 0.5  # a run that diverges stops early
+        if left <= 0 or estimate > left:
+            runs.append({"arm": arm, "lr": lr, "status": "skipped: out of the step's time budget"})
+            res.set("sweep", runs)
+            continue
+        loader = TokenLoader(data["dir"], "train", micro, T, seed=0)
+        slot = len(runs)
+        runs.append({"arm": arm, "lr": lr, "status": "starting"})
+
+        def publish(run, slot=slot):
+            runs[slot] = run.to_dict()
+            res.set("sweep", runs)
+
+        try:
+            run = first_steps(
+                arm,
+                spec["preset"],
+                lr,
+                spec["steps"],
+                loader.next_batch,
+                probe,
+                batch_tokens=spec["batch_tokens"],
+                accum=accum,
+                device=cfg["device"],
+                dtype=cfg["dtype"],
+                stop_factor=spec["stop_factor"],
+                deadline=deadline,
+                on_step=publish,
+                vocab_size=data["vocab_size"],
+                context_length=T,
+            )
+            if run.step_time:
+                times.append(run.step_time)
+        except Exception as e:  # noqa: BLE001
+            runs[slot] = {"arm": arm, "lr": lr, "status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
+            runs[slot]["traceback"] = traceback.format_exc(limit=4)[-1500:]
+        if cfg["device"] == "cuda":
+            torch.cuda.empty_cache()
+        res.set("sweep", runs)
+    return runs
+
+
+def best_rates(sweep: list[dict]) -> dict[str, dict]:
+    """Each arm's best stable finished run of the sweep (lowest final loss), or none if it has none."""
+    best: dict[str, dict] = {}
+    for run in sweep:
+        if run.get("status") != "finished" or not run.get("stability", {}).get("stable"):
+            continue
+        if run.get("final_loss") is None:
+            continue
+        if run["arm"] not in best or run["final_loss"] < best[run["arm"]]["final_loss"]:
+            best[run["arm"]] = {"lr": run["lr"], "final_loss": run["final_loss"], "step_time": run["step_time"]}
+    return best
+
+
+def step_race(cfg: dict, data: dict, sweep: list[dict], res: Results, work: Path, deadline: float) -> dict:
+    """`angpt train` for every arm that has a stable rate, the same tokens in the same order, time split evenly."""
+    from angpt.compare.plan import parse_arm
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import train
+    from angpt.train.metrics import read_metrics
+
+    spec, sw = cfg["race"], cfg["sweep"]
+    best = best_rates(sweep)
+    arms, skipped = [], {}
+    for arm in spec["arms"]:
+        if arm in best:
+            arms.append((arm, best[arm]["lr"], best[arm]["step_time"], "best stable rate of the sweep"))
+        elif any(r.get("arm") == arm and r.get("status") in ("finished", "diverged", "out of time") for r in sweep):
+            skipped[arm] = "no stable finished run in the sweep"
+        elif arm in spec.get("fallback_lr", {}):
+            arms.append((arm, spec["fallback_lr"][arm], None, "not swept: the settings' fallback rate"))
+        else:
+            skipped[arm] = "not swept and no fallback rate"
+    known = [a[2] for a in arms if a[2]]
+    share = (deadline - time.time()) / max(1, len(arms))
+    race: dict[str, Any] = {"skipped": skipped, "arms": []}
+    for arm, lr, step_time, why in arms:
+        per_step = step_time or (1.3 * max(known) if known else None)
+        steps = int(share / per_step) if per_step else spec["min_steps"]
+        steps = min(steps, spec.get("max_steps", steps))
+        entry: dict[str, Any] = {"arm": arm, "lr": lr, "why": why, "steps": steps}
+        race["arms"].append(entry)
+        if steps < spec["min_steps"]:
+            entry["status"] = f"skipped: {share:.0f} s left per arm buys {steps} steps (< {spec['min_steps']})"
+            res.set("race", race)
+            continue
+        parsed = parse_arm(arm)
+        micro = sw["micro_batch"]
+        overrides = {
+            "arch": parsed.arch,
+            "preset": sw["preset"],
+            "data": data["dir"],
+            "out": str(work / "race" / parsed.slug),
+            **{f"model.{k}": v for k, v in parsed.model.items()},
+            **{f"train.{k}": v for k, v in parsed.train.items()},
+            "train.lr": lr,
+            "train.max_steps": steps,
+            "train.batch_tokens": sw["batch_tokens"],
+            "train.micro_batch": micro,
+            "train.seq_len": sw["seq_len"],
+            "train.eval_every": spec["eval_every"],
+            "train.eval_batches": spec["eval_batches"],
+            "train.log_every": 1,
+            "train.save_every": 0,
+            "train.keep_last": 1,
+            "train.dtype": cfg["dtype"],
+            "train.device": cfg["device"],
+            "train.tensorboard": False,
+            "train.progress": False,
+        }
+        t0 = time.time()
+        try:
+            result = train(load_run_config(None, overrides))
+            rows = read_metrics(result.out)
+            entry["status"] = result.status
+            entry["curve"] = [
+                {k: r[k] for k in ("step", "tokens", "loss", "val_loss", "step_time") if k in r} for r in rows
+            ]
+            entry["val_loss"] = result.val_loss
+            entry["step_time"] = result.step_time_median
+        except Exception as e:  # noqa: BLE001
+            entry["status"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            entry["traceback"] = traceback.format_exc(limit=4)[-1500:]
+        entry["seconds"] = round(time.time() - t0, 1)
+        if cfg["device"] == "cuda":
+            torch.cuda.empty_cache()
+        res.set("race", race)
+    return race
+
+
+# ------------------------------------------------------------------------------------------------ plan
+def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
+    """The full run's cost on one `gpu` from the dry-run estimates (memory, step time at `mfu`), step by step."""
+    from angpt.compare.plan import parse_arm
+    from angpt.train.config import load_run_config
+    from angpt.train.dryrun import plan_run
+
+    lines = [f"# GPU kit plan: one {gpu}, assumed MFU {mfu:.0%} (eager bf16), deadline {cfg['deadline_s']} s", ""]
+    lines += ["| step | shape | arm | micro x accum | memory GB | s/step | runs x steps | est. s |", "|" + "---|" * 8]
+    total = 0.0
+
+    def estimate(arm, preset, T, micro, batch_tokens, **model):
+        parsed = parse_arm(arm if arm != "qwen3" else "gpt+")
+        over = {"arch": parsed.arch, "preset": preset, "train.seq_len": T, "train.micro_batch": micro}
+        over.update({"train.batch_tokens": batch_tokens, "train.dtype": "bf16", "train.max_steps": 1})
+        over.update({f"model.{k}": v for k, v in {**model, **parsed.model}.items()})
+        return plan_run(load_run_config(None, over), gpus=1, gpu=gpu, mfu=mfu)
+
+    sp = cfg["speed"]
+    for shape in sp["shapes"]:
+        for arm in sp["arms"]:
+            T, b = shape["seq_len"], shape["batch"]
+            r = estimate(arm, shape["preset"], T, b, T * b)
+            n = sp["warmup"] + sp["reps"]
+            s = n * r.step_time + (60.0 if shape["compile"] else 5.0)  # + compile, or build and first-call costs
+            total += s
+            lines.append(
+                f"| speed | {shape['preset']} T={T}{' compiled' if shape['compile'] else ''} | {arm} | {b} x 1 | "
+                f"{r.needed / 1e9:.1f} | {r.step_time:.2f} | {n} | {s:.0f} |"
+            )
+    sw = cfg["sweep"]
+    accum = sw["batch_tokens"] // (sw["seq_len"] * sw["micro_batch"])
+    sweep_s = 0.0
+    for arm, lr in sw["runs"]:
+        r = estimate(arm, sw["preset"], sw["seq_len"], sw["micro_batch"], sw["batch_tokens"], vocab_size=8192)
+        sweep_s += sw["steps"] * r.step_time
+        lines.append(
+            f"| sweep | {sw['preset']} T={sw['seq_len']}, {sw['batch_tokens']} tok/step | {arm} @ {lr:g} | "
+            f"{sw['micro_batch']} x {accum} | {r.needed / 1e9:.1f} | {r.step_time:.2f} | 1 x {sw['steps']} | "
+            f"{sw['steps'] * r.step_time:.0f} |"
+        )
+    speed_s = min(total, sp["budget_s"])
+    sweep_cap = min(sweep_s, sw["budget_s"])
+    lines += [
+        "",
+        f"- data: ~{cfg['data']['max_tokens'] / 1e6:.0f}M tokens ({cfg['data']['tokenizer']}), budgeted ~120 s",
+        f"- speed: {total:.0f} s estimated, capped at its budget {sp['budget_s']} s",
+        f"- sweep: {sweep_s:.0f} s if no run diverges, capped at its budget {sw['budget_s']} s (the tail is cut)",
+        f"- race: what is left of {cfg['deadline_s']} s: ~{cfg['deadline_s'] - 120 - 20 - speed_s - sweep_cap:.0f} s",
+    ]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ main
+def load_settings(path: Path, profile: str) -> dict:
+    from angpt.train.config import load_yaml
+
+    tree = load_yaml(path.read_text())
+    if profile not in tree:
+        raise SystemExit(f"error: {path} has no profile {profile!r} (it has {', '.join(tree)})")
+    return tree[profile]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", nargs="?", help="the output folder (results.json, report.md, plots)")
+    p.add_argument("--smoke", action="store_true", help="the smoke profile: tiny shapes on the CPU, ~1 minute")
+    p.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps (default: {','.join(STEPS)})")
+    p.add_argument("--settings", default=str(HERE / "settings.yaml"))
+    p.add_argument("--work", default=None, help="scratch folder for data and runs (default: OUT/../gpu-kit-work)")
+    p.add_argument("--plan", action="store_true", help="print the full run's estimated cost on one H100 and exit")
+    a = p.parse_args(argv)
+    profile = "smoke" if a.smoke else "full"
+    cfg = load_settings(Path(a.settings), profile)
+    if a.plan:
+        print(plan(cfg))
+        return 0
+    if not a.out:
+        p.error("OUT is required (except with --plan)")
+    only = [s.strip() for s in a.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(STEPS))
+    if unknown:
+        p.error(f"unknown step(s) {', '.join(unknown)}; use {', '.join(STEPS)}")
+    if cfg["device"] == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device here; run with --smoke on a CPU", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
+    work.mkdir(parents=True, exist_ok=True)
+    res = Results(out, profile, cfg)
+    res.write()
+    deadline = res.started + cfg["deadline_s"]
+    torch.backends.cuda.matmul.allow_tf32 = True  # the fp32 paths (constants, norms) as a GPU user runs them
+    data = None
+    sweep: list[dict] = []
+
+    def run_step(name, fn):
+        t0 = time.time()
+        print(f"[{res.elapsed():6.0f} s] {name} ...", flush=True)
+        try:
+            value = fn()
+            res.mark(name, "done", time.time() - t0)
+            print(f"[{res.elapsed():6.0f} s] {name} done in {time.time() - t0:.0f} s", flush=True)
+            return value
+        except Exception as e:  # noqa: BLE001 - a failed step is reported; the next ones still run
+            traceback.print_exc()
+            res.mark(name, "failed", time.time() - t0, f"{type(e).__name__}: {str(e)[:500]}")
+            return None
+
+    need_data = any(s in only for s in ("data", "sweep", "race"))
+    if need_data:
+        data = run_step("data", lambda: step_data(cfg, work, res))
+        if data is not None:
+            res.set("data", data)
+    if "env" in only:
+        env = run_step("env", lambda: step_env(cfg))
+        if env is not None:
+            res.set("env", env)
+    if "speed" in only:
+        run_step("speed", lambda: step_speed(cfg, res, time.time() + cfg["speed"]["budget_s"]))
+    if "sweep" in only and data is not None:
+        end = min(deadline, time.time() + cfg["sweep"]["budget_s"])
+        sweep = run_step("sweep", lambda: step_sweep(cfg, data, res, end)) or []
+    if "race" in only and data is not None:
+        end = deadline - cfg["race"]["reserve_s"]
+        run_step("race", lambda: step_race(cfg, data, sweep, res, work, end))
+    try:
+        from report import plots
+
+        res.set("plots", plots(res.data, out))
+    except Exception as e:  # noqa: BLE001 - no matplotlib, say: the report and JSON stand without plots
+        res.set("plots", f"failed: {type(e).__name__}: {e}")
+    res.write()
+    print(f"[{res.elapsed():6.0f} s] kit finished: {out / 'report.md'}", flush=True)
+    failed = [t["step"] for t in res.data["timeline"] if t["status"] == "failed"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main())
