@@ -212,6 +212,20 @@ def test_folded_logits_equal_unfolded(arch, overrides):
         assert not any("s_z" in n or "alpha" in n or "s_qk" in n for n in names)
 
 
+@pytest.mark.parametrize(
+    "arch,overrides",
+    [(arch, {}) for arch in ALL_ARCHS]
+    + [(arch, overrides) for arch, overrides in registry.VARIANTS.values()]
+    + [(arch, {"laurel": "rw+lr+pa"}) for arch in ("gpt+", "angpt")],
+)
+def test_folding_stays_on_the_models_device(arch, overrides):
+    """A model on a GPU folds on the GPU (the first GPU run's bench failed on a CPU constant). The meta device
+    stands in for it here: an op that mixes a meta tensor with a CPU one raises, as cuda with CPU does."""
+    model = angpt.build_model(arch, "tiny", **overrides).to("meta")
+    folded = angpt.fold_for_inference(model)
+    assert {t.device.type for t in (*folded.parameters(), *folded.buffers())} == {"meta"}
+
+
 # ------------------------------------------------------------------------------------- causality and RoPE
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_causal(arch):

@@ -151,7 +151,7 @@ class FoldedLM(LanguageModel):
     def start(cls, model: nn.Module) -> tuple[nn.Module, FoldedLM]:
         """(an fp32 copy of `model`, a folded model with its embedding and s_z-scaled head filled in)."""
         src = copy.deepcopy(model).float()
-        out = cls(src.config)
+        out = cls(src.config).to(src.embed.weight.device)  # folded where the model is (a GPU model on the GPU)
         out.embed.weight.copy_(src.embed.weight)
         out.lm_head.weight.copy_(src.lm_head.weight * src.s_z()[:, None])  # logits = s_z * (W_out h)
         return src, out
@@ -208,7 +208,7 @@ class FoldedGPT(FoldedLM):
         src = GPT.fold(model) if model.config.weight_norm else copy.deepcopy(model).float().eval()
         if not src.config.laurel_parts:
             return src
-        out = cls(src.config)
+        out = cls(src.config).to(src.embed.weight.device)
         out.embed.weight.copy_(src.embed.weight)
         out.lm_head.weight.copy_(src.lm_head.weight)
         _copy_module(out.final_norm, src.final_norm)
@@ -222,11 +222,11 @@ class FoldedGPT(FoldedLM):
                 (sb.residual_A, fb.proj.weight, fb.res_A, fb.laurel_A),
                 (sb.residual_M, fb.down.weight, fb.res_M, fb.laurel_M),
             ):
-                alpha, beta = conn.rw() if conn.w is not None else (torch.ones(()), torch.ones(()))
+                alpha, beta = conn.rw() if conn.w is not None else (weight.new_ones(()), weight.new_ones(()))
                 weight.mul_(alpha.expand(weight.shape[0])[:, None])  # alpha f(x) = (diag(alpha) W) m
                 res.copy_(beta.expand_as(res))
                 if laurel is not None:
-                    laurel.load(conn, beta, torch.ones(()))
+                    laurel.load(conn, beta, weight.new_ones(()))
         return out.eval()
 
 
@@ -263,7 +263,7 @@ def _fold_angpt(src: nn.Module, out: FoldedANGPT) -> FoldedANGPT:
             fb.q_gain.copy_(_q_gain(sb))
         else:  # the softmax scale onto q's rows
             qkv[:d] *= sb.scale
-        c_z = sb.c_z() * nu.c_z if sb.c_z is not None else torch.full((dff,), nu.c_z)
+        c_z = sb.c_z() * nu.c_z if sb.c_z is not None else up.new_full((dff,), nu.c_z)
         up[dff:] *= (nu.nu_uz * c_z)[:, None]  # z = nu_uz c_z W_z h
         up[:dff] *= nu.nu_uz  # u = nu_uz W_u h
         # h = nu (c_A h_X + c_h h [+ LAUREL's terms]): nu c_h into r, nu c_A and the branch constant into W's rows

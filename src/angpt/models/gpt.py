@@ -154,6 +154,6 @@ class GPT(LanguageModel):
         wn = {name: m for name, m in model.named_modules() if isinstance(m, WNLinear)}
         sd = {k: t for k, t in model.state_dict().items() if k.rpartition(".")[0] not in wn}
         sd |= {f"{name}.weight": m.weight for name, m in wn.items()}
-        out = cls(dataclasses.replace(model.config, weight_norm=False))
+        out = cls(dataclasses.replace(model.config, weight_norm=False)).to(next(model.parameters()).device)
         out.load_state_dict({k: t.float() for k, t in sd.items()})
-        return out.to(next(model.parameters()).device).eval()
+        return out.eval()
