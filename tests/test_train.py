@@ -141,7 +141,7 @@ def test_nan_loss_stops_with_step_and_last_checkpoint(data_dir, tmp_path, monkey
             ("train.progress", False),
         ],
     )
-    with pytest.raises(TrainingError, match=r"step 4.*step_000002"):
+    with pytest.raises(TrainingError, match=r"loss is nan at step 4.*step_000002"):
         train(cfg)
 
 
