@@ -469,12 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", help="the output folder (results.json, report.md, plots)")
     p.add_argument("--smoke", action="store_true", help="the smoke profile: tiny shapes on the CPU, ~1 minute")
+    p.add_argument("--profile", default=None, help="a profile of the settings file (default: full, or smoke)")
     p.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps (default: {','.join(STEPS)})")
     p.add_argument("--settings", default=str(HERE / "settings.yaml"))
     p.add_argument("--work", default=None, help="scratch folder for data and runs (default: OUT/../gpu-kit-work)")
     p.add_argument("--plan", action="store_true", help="print the full run's estimated cost on one H100 and exit")
     a = p.parse_args(argv)
-    profile = "smoke" if a.smoke else "full"
+    profile = a.profile or ("smoke" if a.smoke else "full")
     cfg = load_settings(Path(a.settings), profile)
     if a.plan:
         print(plan(cfg))

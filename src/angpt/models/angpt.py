@@ -16,7 +16,16 @@ from angpt.models.base import Block, Context
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
 from angpt.models.laurel import ApproxLaurel, connection
-from angpt.models.layers import ACTIVATIONS, Scale, attend, merge_heads, scaled_linear, split_heads, unit_qk
+from angpt.models.layers import (
+    ACTIVATIONS,
+    Scale,
+    attend,
+    merge_heads,
+    scaled_linear,
+    split_heads,
+    unit_norm,
+    unit_qk,
+)
 from angpt.models.ngpt import SphereLM, _alpha
 
 
@@ -50,6 +59,7 @@ class ANGPTBlock(Block):
         self.n_heads, self.head_dim, self.d_ff = cfg.n_heads, cfg.head_dim, dff
         self.scale = scale
         self.nu = nu
+        self.norm_attn_input, self.norm_mlp_input = cfg.input_norm == "block", cfg.input_norm in ("mlp", "block")
         self.act = ACTIVATIONS[cfg.activation]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
@@ -77,7 +87,8 @@ class ANGPTBlock(Block):
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         nu = self.nu
         # q, k, v = nu_qkv W_q h, nu_qkv W_k h, nu_qkv W_v h
-        q, k, v = split_heads(scaled_linear(h, self.qkv.weight, nu.nu_qkv), 3 * self.n_heads).chunk(3, dim=1)
+        x = unit_norm(h) if self.norm_attn_input else h  # input_norm=block: x = Norm(h) (ours)
+        q, k, v = split_heads(scaled_linear(x, self.qkv.weight, nu.nu_qkv), 3 * self.n_heads).chunk(3, dim=1)
         self.record(q=q, k=k, v=v)
         q, k = ctx.rotate(q), ctx.rotate(k)
         scale = self.scale
@@ -93,7 +104,8 @@ class ANGPTBlock(Block):
             self.record(attn_out=o, h_A=scaled_linear(merge_heads(o), self.proj.weight, nu.nu_p))
         h = self.residual_A(h, merge_heads(o), self.proj.weight, nu.nu_p, self.alpha_A(), ctx)
         # u = nu_uz W_u h;  z = nu_uz c_z W_z h
-        u, z = scaled_linear(h, self.up.weight, self.uz_rows()).split(self.d_ff, dim=-1)
+        x = unit_norm(h) if self.norm_mlp_input else h  # input_norm=mlp|block: x = Norm(h) (ours)
+        u, z = scaled_linear(x, self.up.weight, self.uz_rows()).split(self.d_ff, dim=-1)
         # m = nu_act u silu(z);  h_M = nu_d W_d m = (nu_d nu_act) W_d (u silu(z))
         m = u * self.act(z)
         if self.recorder is not None:

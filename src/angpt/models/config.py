@@ -18,6 +18,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "norm": ("rmsnorm", "dyt", "ln_scaling"),
     "qk_norm_mode": ("exact", "none"),
     "nu_att": ("dense", "none", "sqrt_pos", "calibrated"),
+    "input_norm": ("none", "mlp", "block"),
     "alpha_shape": ("vector", "scalar"),
     "gate_scale": ("fixed", "learnable"),
     "weight_constraint": ("auto", "unit", "bounded", "none"),
@@ -82,6 +83,9 @@ class ModelConfig:
     qk_norm_mode: str = "exact"
     nu_att: str = "dense"
     gate_scale: str = "fixed"
+    # An exact L2 normalisation of a branch's input (ours, not the paper's, which adds no normalisation layer): of
+    # the MLP's ("mlp"), or of the attention's and the MLP's ("block"). docs/open_choices.md#stability-at-width.
+    input_norm: str = "none"
     # nu_att = "calibrated": measured on training data once this fraction of the run has passed, then frozen.
     nu_att_calibrate_at: float = 0.05
     nu_att_calibrate_batches: int = 8
