@@ -88,7 +88,7 @@ def test_logged_val_loss_is_the_token_weighted_mean_cross_entropy(tmp_path):
     assert len(x) % micro, f"{len(x)} val windows: the last evaluation batch must be a partial one"
     out = tmp_path / "run"
     args = _option(TINY, "--train.micro_batch", micro)
-    rc = run_cli("--arch", "angpt", "--data", data, *args, "--out", out, "--train.max_steps", "3")
+    rc = run_cli("--arch", "gpt+", "--data", data, *args, "--out", out, "--train.max_steps", "3")
     assert rc == 0
     (row,) = [r for r in metrics(out) if "val_loss" in r]
     assert row["step"] == 3
@@ -239,3 +239,136 @@ def test_bpe_is_fitted_on_the_train_split_of_the_datasets_own_seed(tmp_path, mon
     assert fitted == train
     assert not set(fitted) & set(val)
     assert meta["splits"]["val"]["documents"] == len(val)  # and the shards were split by the same rule
+
+
+# ------------------------------------------------------------------ round two: what a per-file audit found open
+def test_cosine_with_warmup_peaks_after_the_warmup_and_ends_at_the_floor():
+    """The schedule written out by hand: linear to the peak over the warm-up, then cosine from the peak to
+    min_lr_ratio exactly at max_steps (a span that forgets the warm-up ends above the floor)."""
+    from angpt.train.optim import Schedule
+
+    s = Schedule(max_steps=110, warmup_steps=10, min_lr_ratio=0.1)
+    assert [s(i) for i in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert s(10) == pytest.approx(1.0)
+    assert s(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))  # halfway through the decay
+    assert s(110) == pytest.approx(0.1)
+
+
+def test_bits_per_byte_is_nats_over_ln2_over_bytes_per_token():
+    from angpt.train.metrics import bits_per_byte
+
+    assert bits_per_byte(3 * math.log(2), 1.5) == pytest.approx(2.0)
+    assert bits_per_byte(1.0, None) is None
+
+
+def test_documented_optimizer_defaults():
+    """The defaults every recipe inherits (docs/architectures.md#optimizer-recipes; the paper's clip 1.0 and
+    nanoGPT's betas 0.9 / 0.95, floor 10% of the peak)."""
+    from angpt.train.config import TrainConfig
+
+    tc = TrainConfig()
+    assert (tc.beta1, tc.beta2, tc.grad_clip, tc.min_lr_ratio, tc.schedule) == (0.9, 0.95, 1.0, 0.1, "cosine")
+    assert (tc.lr, tc.weight_decay, tc.warmup_steps) == (None, None, None)  # the architecture's recipe decides
+
+
+def test_resume_refuses_a_change_to_every_fixed_setting(data_dir, tmp_path, capsys):
+    """Every train.* field that shapes the optimisation or the tokens seen (resume.FIXED_TRAIN) is refused on
+    resume with a one-line error naming it."""
+    from angpt.train.resume import FIXED_TRAIN
+
+    from .test_train import run_cli
+
+    changed = {
+        "lr": 0.01,
+        "weight_decay": 0.3,
+        "warmup_steps": 2,
+        "min_lr_ratio": 0.2,
+        "schedule": "wsd",
+        "decay_fraction": 0.5,
+        "decay_shape": "linear",
+        "beta1": 0.8,
+        "beta2": 0.99,
+        "grad_clip": 0.5,
+        "batch_tokens": 1024,
+        "micro_batch": 2,
+        "seq_len": 32,
+        "seed": 3,
+    }
+    assert set(changed) == set(FIXED_TRAIN)  # a new fixed field needs a value here
+    out = tmp_path / "run"
+    common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.save_every", "0"]
+    assert run_cli(*common, "--train.max_steps", "4", "--train.stop_at", "2") == 0
+    capsys.readouterr()
+    for field, value in changed.items():
+        rc = run_cli(*common, "--train.max_steps", "4", "--resume", "auto", f"--train.{field}", str(value))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and f"train.{field}" in err[0], (field, err)
+
+
+def _initial_weights(data_dir, out, seed):
+    from .test_train import run_cli
+
+    args = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "1"]
+    assert run_cli(*args, "--train.seed", str(seed), "--train.lr", "1e-12") == 0  # one step that moves nothing
+    last = sorted((out / "checkpoints").glob("step_*"))[-1]
+    from safetensors.torch import load_file
+
+    return load_file(str(last / "model.safetensors"))
+
+
+def test_train_seed_seeds_the_initial_weights(data_dir, tmp_path):
+    a, b = _initial_weights(data_dir, tmp_path / "a", 0), _initial_weights(data_dir, tmp_path / "b", 0)
+    c = _initial_weights(data_dir, tmp_path / "c", 1)
+    name = "blocks.0.qkv.weight"
+    assert torch.equal(a[name], b[name]) and not torch.allclose(a[name], c[name])
+
+
+def test_resume_auto_continues_from_the_newest_checkpoint(data_dir, tmp_path, capsys):
+    from .test_train import run_cli
+
+    out = tmp_path / "run"
+    common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "8"]
+    assert run_cli(*common, "--train.save_every", "2", "--train.keep_last", "3", "--train.stop_at", "6") == 0
+    assert [p.name for p in sorted((out / "checkpoints").glob("step_*"))] == [f"step_00000{i}" for i in (2, 4, 6)]
+    capsys.readouterr()
+    assert run_cli(*common, "--train.save_every", "2", "--train.keep_last", "3", "--resume", "auto") == 0
+    assert "resuming from step 6" in capsys.readouterr().err
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch(one_thread):
+    """accum micro-batches of equal size: the summed (loss / accum) gradients equal the gradient of the mean loss
+    over the concatenated batch, computed in one forward (a missing 1/accum doubles every update)."""
+    torch.manual_seed(0)
+    model = angpt.build_model("gpt+", "tiny")
+    ref = copy.deepcopy(model)
+    x = torch.randint(0, 256, (8, 33))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    halves = iter([(x[:4, :-1], x[:4, 1:]), (x[4:, :-1], x[4:, 1:])])
+    TrainStep(model, opt, None, device=torch.device("cpu"), dtype="fp32", accum=2).accumulate(lambda: next(halves))
+    logits, _ = ref(x[:, :-1])
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_grow_seed_decides_the_new_values(data_dir, tmp_path):
+    """`angpt grow --seed` draws the new value tokens: the same seed twice gives the same checkpoint, another
+    seed other values (state.json records the seed, so it must be the one used)."""
+    from safetensors.torch import load_file
+
+    from angpt.cli import main
+
+    from .test_train import run_cli
+
+    src = tmp_path / "tf"
+    assert run_cli("--arch", "tokenformer", "--data", data_dir, *TINY, "--out", src, "--train.max_steps", "1") == 0
+
+    def grow(name, seed):
+        out = tmp_path / name
+        assert main(["grow", str(src), str(out), "--add-tokens", "8", "--seed", str(seed)]) == 0
+        return load_file(str(out / "model.safetensors"))
+
+    a, b, c = grow("a", 0), grow("b", 0), grow("c", 1)
+    assert a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
