@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -224,8 +225,12 @@ class Runner:
                             text=True,
                             start_new_session=True,
                         )
-                    proc.stdin.write(plan_json)  # type: ignore[union-attr]
-                    proc.stdin.close()  # type: ignore[union-attr]
+                    try:
+                        proc.stdin.write(plan_json)  # type: ignore[union-attr]
+                        proc.stdin.close()  # type: ignore[union-attr]
+                    except BrokenPipeError:  # the worker died before reading its plan: its exit status says how
+                        with contextlib.suppress(BrokenPipeError):
+                            proc.stdin.close()  # type: ignore[union-attr]
                     running[proc] = (spec, log)
                     self.progress.start(self._dir(spec), spec)
                 if received:
