@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo train-demo test lint format bench constraints clean
+.PHONY: install demo train-demo test test-compat lint format bench constraints clean
 
 install: $(STAMP)
 
@@ -43,6 +43,13 @@ test: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/pytest -q
 
+# The tests at our seams to outside libraries (transformers, lm-eval, datasets, tokenizers, torch.compile, DDP/FSDP2)
+# in throwaway venvs with the newest releases within our ranges and with the oldest we declare; prints a table.
+# LEGS=newest runs one leg (CI does, on every submission). Needs the package registry; ~4 min a leg on 2 cores.
+LEGS ?= newest oldest
+test-compat:
+	$(PYTHON) .ci/compat.py $(LEGS)
+
 lint format: $(STAMP)
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
@@ -56,4 +63,4 @@ constraints: $(STAMP)
 	  $(BIN)/pip freeze | grep -v '^-e \|^angpt' | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/'; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache

@@ -28,8 +28,13 @@ the same RoPE angles and the same per-position factor c[t] as when it is run alo
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import warnings
+
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -40,6 +45,37 @@ except ImportError:  # pragma: no cover - very old transformers: generation then
     DynamicCache = None
 
 MODEL_TYPE = "angpt_folded"
+
+# transformers renamed the KV cache from `past_key_values` to `cache` (5.24: `generate` passes `cache=` to forward and
+# reads `outputs["cache"]`; the old name is a deprecated alias). Our forwards take either name, and return the cache
+# under whichever field this transformers' output class declares (a public dataclass field, no internals).
+# The transformers releases `make test-compat` has run these classes on (its oldest and newest legs); outside this
+# range loading warns once, since a renamed argument can change what `generate` computes without failing.
+TESTED_TRANSFORMERS = ("4.51.0", "5.24.0")
+_warned_untested = False
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def warn_if_untested(version: str | None = None) -> bool:
+    """Warn once per process when `version` (default: the installed transformers) is outside TESTED_TRANSFORMERS."""
+    global _warned_untested
+    version = version or transformers.__version__
+    low, high = TESTED_TRANSFORMERS
+    if _warned_untested or _release(low) <= _release(version) <= _release(high):
+        return False
+    _warned_untested = True
+    warnings.warn(
+        f"transformers {version} is outside the range this model class was tested on ({low} to {high}); if "
+        "generate() output looks wrong, compare it with generate(..., use_cache=False)",
+        stacklevel=3,
+    )
+    return True
+
+
+CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 class AngptFoldedConfig(PretrainedConfig):
@@ -54,7 +90,7 @@ class AngptFoldedConfig(PretrainedConfig):
     """
 
     model_type = MODEL_TYPE
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
 
     def __init__(
         self,
@@ -292,12 +328,19 @@ class CausalLMSeams:
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
 
-    def prepare_forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache):
+    def prepare_forward(
+        self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
+    ):
         """(h, cache or None, position_ids [B, T], (mask, is_causal), (cos, sin)) for one forward.
 
-        `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding); `position_ids` default to
-        past .. past + T - 1; a DynamicCache is made when `use_cache` and none is given.
+        The cache comes as `past_key_values` (transformers < 5.24) or as `cache` in `kwargs` (5.24 on; taken out of
+        `kwargs` here). `attention_mask` is the usual 2D [B, past + T] mask of 1 (token) / 0 (padding);
+        `position_ids` default to past .. past + T - 1; a DynamicCache is made when `use_cache` and none is given.
         """
+        cache_kw = kwargs.pop("cache", None)
+        if cache_kw is not None and past_key_values is not None and cache_kw is not past_key_values:
+            raise ValueError("pass the KV cache as one of `cache` and `past_key_values`, not both")
+        past_key_values = cache_kw if cache_kw is not None else past_key_values
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
@@ -333,15 +376,19 @@ class CausalLMSeams:
         if labels is not None:
             n_items, shifted = kwargs.get("num_items_in_batch"), kwargs.get("shift_labels")
             loss = causal_lm_loss(logits, labels, num_items_in_batch=n_items, shift_labels=shifted)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: cache})
 
 
 class AngptFoldedPreTrainedModel(PreTrainedModel):
     config_class = AngptFoldedConfig
     base_model_prefix = "angpt"
     _no_split_modules = ["ScaledResidualBlock", "NormalizedResidualBlock", "PreNormBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_sdpa = True
+
+    def __init__(self, config, *args, **kwargs) -> None:
+        super().__init__(config, *args, **kwargs)
+        warn_if_untested()
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -389,7 +436,7 @@ class AngptFoldedForCausalLM(CausalLMSeams, AngptFoldedPreTrainedModel, Generati
         past .. past + T - 1.
         """
         h, cache, position_ids, (mask, is_causal), (cos, sin) = self.prepare_forward(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         att_scale = self.att_scale[position_ids][:, None] if self.att_scale is not None else None  # [B, 1, T, 1]
         states: dict = {}  # LAUREL-PA: the input of every residual connection so far, in this forward

@@ -28,7 +28,7 @@ from torch import nn
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .modeling_angpt import CausalLMSeams, _rope
+from .modeling_angpt import CausalLMSeams, _rope, warn_if_untested
 
 MODEL_TYPE = "angpt_tokenformer"
 THETAS = ("l2_norm_gelu", "softmax")
@@ -39,7 +39,7 @@ class TokenformerConfig(PretrainedConfig):
     and the `n` each kind's Theta normalises with (default: its token count)."""
 
     model_type = MODEL_TYPE
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
 
     def __init__(
         self,
@@ -137,7 +137,7 @@ class TokenformerPreTrainedModel(PreTrainedModel):
     config_class = TokenformerConfig
     base_model_prefix = "tokenformer"
     _no_split_modules = ["TokenformerBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_sdpa = True
 
     @torch.no_grad()
@@ -148,6 +148,10 @@ class TokenformerPreTrainedModel(PreTrainedModel):
             module.value_tokens.normal_(0.0, 2.0 / (self.config.num_hidden_layers * self.config.hidden_size**0.5))
         elif isinstance(module, (nn.Linear, nn.Embedding)):
             module.weight.normal_(0.0, 0.02)
+
+    def __init__(self, config, *args, **kwargs) -> None:
+        super().__init__(config, *args, **kwargs)
+        warn_if_untested()
 
 
 class TokenformerForCausalLM(CausalLMSeams, TokenformerPreTrainedModel, GenerationMixin):
@@ -176,7 +180,7 @@ class TokenformerForCausalLM(CausalLMSeams, TokenformerPreTrainedModel, Generati
         """Logits [B, T, V], and the next-token loss when `labels` are given (transformers' convention: labels
         shifted here, -100 ignored). Masks, positions and the cache as in modeling_angpt's folded class."""
         h, cache, position_ids, (mask, is_causal), (cos, sin) = self.prepare_forward(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         for block in self.blocks:
             h = block(h, cos, sin, mask, is_causal, cache)
