@@ -49,7 +49,9 @@ def models(tok):
         "gpt": trained("gpt", tok),
         "ln_scaling": trained("gpt+", tok, norm="ln_scaling"),
         "ngpt": trained("ngpt", tok),
-        "angpt": trained("angpt", tok),
+        "angpt": trained("angpt", tok),  # its defaults: an exact norm of the MLP input (model.input_norm=mlp)
+        "angpt-block": trained("angpt", tok, input_norm="block"),
+        "angpt-paper": trained("angpt", tok, input_norm="none", s_z_init=1.0, alpha_init=0.05),  # before 2026-11
         "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
         "gpt+laurel": trained("gpt+", tok, laurel="rw+lr+pa", laurel_rw_shape="vector"),  # the "prenorm" form
         "angpt-laurel": trained("angpt", tok, laurel="rw+lr+pa"),
@@ -109,7 +111,9 @@ def test_import_hf_reproduces_gpt_plus_exactly(models, exports, tok):
 
 
 @pytest.mark.parametrize(
-    "arch", ["ngpt", "angpt", "angpt-gelu", "gpt+laurel", "angpt-laurel", "gpt+wn-laurel", "angpt_frozen_alpha"]
+    "arch",
+    ["ngpt", "angpt", "angpt-block", "angpt-paper", "angpt-gelu", "gpt+laurel", "angpt-laurel", "gpt+wn-laurel"]
+    + ["angpt_frozen_alpha"],
 )
 def test_folded_export_with_angpt_registered(models, exports, tok, arch):
     ours, out = models[arch], exports[arch]

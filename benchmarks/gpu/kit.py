@@ -102,8 +102,10 @@ def step_data(cfg: dict, work: Path, res: Results) -> dict:
 
     spec = cfg["data"]
     source = spec["source"]
+    t0 = time.time()
     if source == "site-packages":
         source = str(_site_packages_corpus(work / "corpus.jsonl", 5 * spec["max_tokens"]))
+    corpus_s = time.time() - t0
     data_dir = work / f"data-{spec['tokenizer'].replace(':', '')}-{spec['max_tokens']}"
     meta = prepare_dataset(
         source,
@@ -114,7 +116,14 @@ def step_data(cfg: dict, work: Path, res: Results) -> dict:
         progress=False,
     )
     splits = {k: v.get("tokens", 0) for k, v in meta.get("splits", {}).items()}
-    return {"dir": str(data_dir), "source": spec["source"], "vocab_size": meta["vocab_size"], "tokens": splits}
+    return {
+        "dir": str(data_dir),
+        "source": spec["source"],
+        "vocab_size": meta["vocab_size"],
+        "tokens": splits,
+        "corpus_s": round(corpus_s, 1),
+        "prepare_s": round(time.time() - t0 - corpus_s, 1),
+    }
 
 
 def _site_packages_corpus(path: Path, max_bytes: int) -> Path:

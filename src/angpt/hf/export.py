@@ -309,6 +309,7 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
         softmax_scale=folded.blocks[0].scale,
         laurel_rank=cfg.laurel_rank if "lr" in cfg.laurel_parts else 0,
         laurel_pa_depth=cfg.laurel_pa_depth if "pa" in cfg.laurel_parts else 0,
+        input_norm=cfg.input_norm if folded.residual == "scaled" else "none",
     )
     hf_config.architectures = ["AngptFoldedForCausalLM"]
     stem = Path(MODELING_FILE).stem

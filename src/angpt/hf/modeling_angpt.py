@@ -111,12 +111,15 @@ class AngptFoldedConfig(PretrainedConfig):
         softmax_scale: float = 1.0,
         laurel_rank: int = 0,
         laurel_pa_depth: int = 0,
+        input_norm: str = "none",
         tie_word_embeddings: bool = False,
         use_cache: bool = True,
         **kwargs,
     ) -> None:
         if residual not in BLOCKS:
             raise ValueError(f"residual must be one of {sorted(BLOCKS)}, got {residual!r}")
+        if input_norm not in INPUT_NORMS:
+            raise ValueError(f"input_norm must be one of {sorted(INPUT_NORMS)}, got {input_norm!r}")
         if hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act must be one of {sorted(ACTIVATIONS)}, got {hidden_act!r}")
         self.vocab_size = vocab_size
@@ -138,6 +141,7 @@ class AngptFoldedConfig(PretrainedConfig):
         self.softmax_scale = float(softmax_scale)
         self.laurel_rank = int(laurel_rank)
         self.laurel_pa_depth = int(laurel_pa_depth)
+        self.input_norm = input_norm
         self.use_cache = use_cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
@@ -187,6 +191,7 @@ def attention_mask_for(attention_mask, past: int, T: int, device) -> tuple[torch
 
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+INPUT_NORMS = ("none", "mlp", "block")
 
 
 class RMSNorm(nn.Module):
@@ -274,9 +279,21 @@ class AngptFoldedBlock(nn.Module):
 
 
 class ScaledResidualBlock(AngptFoldedBlock):
-    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows), plus LAUREL's terms."""
+    """anGPT: h = r h + x (the branch factor already sits in the sub-layer's output rows), plus LAUREL's terms.
+    `input_norm` "mlp" feeds the MLP Norm(h) instead of h, "block" both sub-layers."""
 
     branch_A = branch_M = None
+
+    def __init__(self, config: AngptFoldedConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.norm_attn_input = config.input_norm == "block"
+        self.norm_mlp_input = config.input_norm in ("mlp", "block")
+
+    def forward(self, h, cos, sin, mask, is_causal, att_scale, cache, states):
+        x = self.attention(_unit(h) if self.norm_attn_input else h, cos, sin, mask, is_causal, att_scale, cache)
+        h = self._update(h, x, self.res_A, self.branch_A, self.laurel_A, states)
+        x = self.mlp(_unit(h) if self.norm_mlp_input else h)
+        return self._update(h, x, self.res_M, self.branch_M, self.laurel_M, states)
 
     def _update(self, h, x, res, branch, laurel, states):
         out = torch.addcmul(x.to(h.dtype), h, res.to(h.dtype))

@@ -72,7 +72,7 @@ class ModelConfig:
     s_qk_scale: float | None = None
     s_uz_init: float = 1.0
     s_uz_scale: float = 1.0
-    s_z_init: float = 1.0
+    s_z_init: float | None = 1.0  # None: GPT+'s logit scale at init, init_std * d_model (logits_init_scale)
     s_z_scale: float | None = None
     # Softmax scale: None -> the architecture's default (1/sqrt(d_h); sqrt(d_h) for unit-norm q, k).
     softmax_scale: float | None = None
@@ -150,6 +150,13 @@ class ModelConfig:
         """The LAUREL parts switched on: a subset of {"rw", "lr", "pa"} (empty for "none")."""
         return frozenset() if self.laurel == "none" else frozenset(self.laurel.split("+"))
 
+    @property
+    def logits_init_scale(self) -> float:
+        """s_z at init: `s_z_init`, or for None the value that gives the logits GPT+'s spread at init. GPT+'s head
+        sees RMSNorm(h), of norm sqrt(d), through rows of std init_std: logit std init_std * sqrt(d). Ours sees
+        ||h|| ~ 1 through unit rows (std 1/sqrt(d)): s_z / sqrt(d). Equal for s_z = init_std * d (15.4 at d = 768)."""
+        return self.s_z_init if self.s_z_init is not None else self.init_std * self.d_model
+
     def scale_or_default(self, value: float | None) -> float:
         """A reparameterisation scale, where None means 1/sqrt(d_model)."""
         return value if value is not None else 1.0 / math.sqrt(self.d_model)
@@ -226,8 +233,13 @@ class ModelConfig:
             raise ConfigError(f"model.cos_tau_init={tau!r} must be a number >= 0.01 (tau is clamped at 0.01)")
         for name in ("alpha_init", "s_qk_init", "s_uz_init", "s_z_init"):
             value = getattr(self, name)
+            if value is None and name == "s_z_init":
+                continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ConfigError(f"model.{name}={value!r} must be a finite number")
+                raise ConfigError(
+                    f"model.{name}={value!r} must be a finite number"
+                    + (" (or null: GPT+'s logit scale at init)" if name == "s_z_init" else "")
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

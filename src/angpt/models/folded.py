@@ -100,10 +100,13 @@ class FoldedANGPTBlock(FoldedBlock):
         super().__init__(cfg, layer, qk_unit=cfg.qk_norm_mode == "exact")
         self.res_A, self.res_M = nn.Parameter(torch.ones(cfg.d_model)), nn.Parameter(torch.ones(cfg.d_model))
         self.laurel_A, self.laurel_M = folded_laurel(cfg, 2 * layer), folded_laurel(cfg, 2 * layer + 1)
+        self.norm_attn_input, self.norm_mlp_input = cfg.input_norm == "block", cfg.input_norm in ("mlp", "block")
 
     def forward(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
-        h = self.scaled_update(h, self.attention(h, ctx), self.res_A, self.laurel_A, ctx)
-        return self.scaled_update(h, self.mlp(h), self.res_M, self.laurel_M, ctx)
+        x = unit_norm(h) if self.norm_attn_input else h  # model.input_norm: an exact norm of the branch input
+        h = self.scaled_update(h, self.attention(x, ctx), self.res_A, self.laurel_A, ctx)
+        x = unit_norm(h) if self.norm_mlp_input else h
+        return self.scaled_update(h, self.mlp(x), self.res_M, self.laurel_M, ctx)
 
 
 class FoldedGPTBlock(FoldedBlock):

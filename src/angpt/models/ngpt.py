@@ -82,7 +82,7 @@ class SphereLM(LanguageModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.s_z = Scale(config.vocab_size, config.s_z_init, config.scale_or_default(config.s_z_scale))
+        self.s_z = Scale(config.vocab_size, config.logits_init_scale, config.scale_or_default(config.s_z_scale))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

@@ -87,6 +87,9 @@ class ArchSpec:
     # (cfg, bytes per compute element) -> bytes one block saves for the backward per token (`angpt train
     # --dry-run`); None: the GPT / nGPT / anGPT block's count (train/dryrun.py, activation_bytes)
     saved_per_token: Callable[[ModelConfig, int], float] | None = None
+    # The residual-stream norm past which the trainer warns of a blow-up's onset (train/watch.py), for an
+    # architecture that keeps the stream near unit norm without normalising it exactly; None: no watch.
+    residual_bound: float | None = None
 
     @property
     def weight_constraint(self) -> str:
@@ -241,7 +244,7 @@ def _ngpt_constants(cfg: ModelConfig) -> dict[str, Any]:
         "alpha_init": cfg.alpha_init,
         "s_qk_init": cfg.s_qk_init,
         "s_uz_effective_init": cfg.s_uz_init * math.sqrt(cfg.d_model),
-        "s_z_init": cfg.s_z_init,
+        "s_z_init": cfg.logits_init_scale,
     }
 
 
@@ -304,8 +307,13 @@ register(
         Recipe("adam", lr=4e-3),
         export="folded",
         folded=FoldedANGPT,
-        constants=lambda cfg: angpt_constants(cfg).describe(),
+        # Stable from step 0 at gpt2-small and the paper's batch without warm-up (docs/open_choices.md
+        # #stability-at-width): the paper's alpha init s_a,init = 0.01; GPT+'s logit scale at init (ours; nGPT's
+        # s_z = 1 gives logits of std 1/sqrt(d)); an exact norm of the MLP input (ours; the paper adds none).
+        config={"alpha_init": 0.01, "s_z_init": None, "input_norm": "mlp"},
+        constants=lambda cfg: {**_ngpt_constants(cfg), "input_norm": cfg.input_norm, **angpt_constants(cfg).describe()},
         before_step=calibrate_during_training,
+        residual_bound=4.0,  # stable runs stay below ~2.5 (benchmarks/gpu-2026-11-25-H200), blow-ups pass 10
     )
 )
 

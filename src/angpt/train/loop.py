@@ -45,6 +45,7 @@ from angpt.train.provenance import provenance
 from angpt.train.resume import check_resume, resumed_dtype
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, synchronize
+from angpt.train.watch import ResidualWatch
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
 
@@ -198,6 +199,7 @@ class Trainer:
             cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed
         )
         self.step, self.tokens = 0, 0
+        self.watch = self._residual_watch()
         self._load_weights()
         self.step_fn = TrainStep(
             self.model,
@@ -334,6 +336,17 @@ class Trainer:
         xb, _ = next(iter(iter_eval_batches(self.cfg.data, min(4, self.tc.micro_batch), self.T, max_batches=1)))
         return health_metrics(self.base, xb.to(self.info.device))
 
+    def _residual_watch(self) -> ResidualWatch | None:
+        """The early warning of a growing residual stream, for architectures with a bound (single process)."""
+        bound = registry.of(self.base).residual_bound
+        if bound is None or self.info.enabled:
+            return None
+        remedy = f"lower the learning rate (train.lr={self.cfg.lr:g})"
+        if getattr(self.mcfg, "input_norm", "mlp") == "none":
+            remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
+        remedy += " (docs/open_choices.md#stability-at-width)"
+        return ResidualWatch(bound, self._side_batches(1)[0][:1], self.dtype, remedy)
+
     def _remedy(self) -> str:
         """What to change after a divergence: the run's learning rate and warm-up, named."""
         warmup = self.sched.lr_lambdas[0].warmup_steps  # the run's Schedule (train/optim.py)
@@ -446,6 +459,11 @@ class Trainer:
                 self.step_fn.apply()
                 self.step += 1
                 self.tokens += tc.batch_tokens
+                warning = None
+                if self.watch is not None and self.watch.due(self.step, tc.log_every):
+                    warning = self.watch.check(self.base, self.step)
+                    if warning and info.is_main:
+                        print(f"warning: {warning}", file=sys.stderr)
                 synchronize(info.device)
                 dt = time.perf_counter() - t0
                 step_times.append(dt)
@@ -463,6 +481,8 @@ class Trainer:
                 }
                 if mfu is not None:
                     row["mfu"] = mfu
+                if warning:
+                    row["warning"] = warning
                 last = self.step == tc.max_steps
                 if (tc.eval_every and self.step % tc.eval_every == 0) or last:
                     val_loss, val_bpb = self.evaluate()
@@ -475,7 +495,7 @@ class Trainer:
                     if info.is_main and not info.enabled:  # evaluators run one process on the whole model
                         for evaluator in self.evaluators:
                             row.update(evaluator(self.base, self.step))
-                if self.step % tc.log_every == 0 or "val_loss" in row or self.step == 1:
+                if self.step % tc.log_every == 0 or "val_loss" in row or "warning" in row or self.step == 1:
                     logger.log(row)
                 if pbar is not None:
                     pbar.update(1)

@@ -1,0 +1,204 @@
+"""anGPT's first hundreds of steps at GPT-2 small: an LR sweep per arm, with the stability criteria of issue 22.
+
+    python benchmarks/stability_sweep.py --data data/stdlib-bpe8192 --out benchmarks/stability-gpt2small-cpu \\
+        --arms angpt,gpt+,"angpt[input_norm=none]" --lrs 2.5e-4,5e-4,1e-3,2e-3,4e-3 --steps 300 --jobs 2
+
+Every (arm, lr) is one `angpt train` run (the trainer a user runs, its recipe: no warm-up for anGPT, 5% for GPT+)
+logging every step, in OUT/runs/<arm>/lr<lr>, resumed with `--resume auto` when the sweep is run again (run it under
+nohup; re-run to continue). Then OUT/report.json and OUT/report.md: per run the final validation loss, the mean
+training loss of the last 10 steps, and whether it trained without a spike (after step 5 the loss never exceeds 1.3x
+its running minimum; no pre-clip gradient norm exceeds 100x the run's median: angpt.bench.firststeps.stability);
+per arm the best rate and whether it and half of it are stable. `--report-only` rewrites the report from the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from angpt.bench.firststeps import stability
+from angpt.compare.plan import parse_arm, split_arms
+from angpt.train.metrics import read_metrics
+
+
+def run_dir(out: Path, arm: str, lr: float) -> Path:
+    return out / "runs" / parse_arm(arm).slug / f"lr{lr:g}"
+
+
+def train_one(a: argparse.Namespace, arm: str, lr: float) -> tuple[str, float, int]:
+    parsed = parse_arm(arm)
+    cmd = [sys.executable, "-m", "angpt", "train", "--arch", parsed.arch, "--preset", a.preset, "--data", a.data]
+    cmd += ["--out", str(run_dir(Path(a.out), arm, lr)), "--resume", "auto"]
+    sets = {f"model.{k}": v for k, v in parsed.model.items()} | {f"train.{k}": v for k, v in parsed.train.items()}
+    sets |= {
+        "train.lr": lr,
+        "train.max_steps": a.steps,
+        "train.batch_tokens": a.batch * a.seq,
+        "train.micro_batch": a.batch,
+        "train.seq_len": a.seq,
+        "train.log_every": 1,
+        "train.eval_every": a.eval_every,
+        "train.eval_batches": a.eval_batches,
+        "train.save_every": a.save_every,
+        "train.dtype": a.dtype,
+        "train.seed": a.seed,
+        "train.progress": False,
+        "train.tensorboard": False,
+    }
+    for k, v in sets.items():
+        cmd += [f"--{k}", "null" if v is None else str(v)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    log = run_dir(Path(a.out), arm, lr).parent / f"lr{lr:g}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    return arm, lr, rc
+
+
+def summarise(out: Path, arm: str, lr: float, steps: int) -> dict:
+    d = run_dir(out, arm, lr)
+    rows = read_metrics(d) if (d / "metrics.jsonl").exists() else []
+    train = [r for r in rows if "loss" in r and "grad_norm" in r]
+    evals = [r for r in rows if "val_loss" in r]
+    failed = [r for r in rows if "error" in r]
+    done = max((r["step"] for r in train), default=0)
+    status = "diverged" if failed else ("finished" if done >= steps else ("not started" if not rows else "running"))
+    last = [r["loss"] for r in train[-10:]]
+    records = [{"step": r["step"], "loss": r["loss"], "grad_norm": r["grad_norm"]} for r in train]
+    records += [{"step": r["step"], "loss": r["loss"], "grad_norm": r.get("grad_norm", math.nan)} for r in failed]
+    residual = [
+        max(v for k, v in r.items() if k.startswith("health/residual_norm/"))
+        for r in evals
+        if any(k.startswith("health/residual_norm/") for k in r)
+    ]
+    return {
+        "arm": arm,
+        "lr": lr,
+        "status": status,
+        "steps": done,
+        "val_loss": evals[-1]["val_loss"] if evals and status == "finished" else None,
+        "train_loss_last10": sum(last) / len(last) if last and status == "finished" else None,
+        "stability": stability(records),
+        "max_residual_norm_at_evals": max(residual) if residual else None,
+        "error": failed[0]["error"] if failed else None,
+        "step_time": sorted(r["step_time"] for r in train)[len(train) // 2] if train else None,
+    }
+
+
+def report(a: argparse.Namespace, arms: list[str], lrs: list[float], seconds: float) -> dict:
+    out = Path(a.out)
+    runs = [summarise(out, arm, lr, a.steps) for arm in arms for lr in lrs]
+    verdict = {}
+    for arm in arms:
+        done = [r for r in runs if r["arm"] == arm and r["val_loss"] is not None]
+        if not done:
+            verdict[arm] = {"best_lr": None}
+            continue
+        best = min(done, key=lambda r: r["val_loss"])
+        half = next((r for r in runs if r["arm"] == arm and math.isclose(r["lr"], best["lr"] / 2)), None)
+        verdict[arm] = {
+            "best_lr": best["lr"],
+            "best_val_loss": best["val_loss"],
+            "best_stable": best["stability"]["stable"],
+            "half_lr_stable": half["stability"]["stable"] if half and half["status"] == "finished" else None,
+        }
+    data = {
+        "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "date": time.strftime("%Y-%m-%d"),
+        "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
+        "seconds": seconds,
+        "runs": runs,
+        "verdict": verdict,
+    }
+    (out / "report.json").write_text(json.dumps(data, indent=1))
+    (out / "report.md").write_text(render(data))
+    return data
+
+
+def render(d: dict) -> str:
+    s = d["settings"]
+    lines = [
+        f"# First {s['steps']} steps at {s['preset']} ({s['batch']} x {s['seq']} tokens per step, {s['dtype']})",
+        "",
+        f"`{d['command']}`  ",
+        f"{d['machine']}; {d['date']}; seed {s['seed']}; one run per (arm, lr), no repeats: a smoke test of "
+        "stability, not evidence of a ranking.",
+        "",
+        "Stable: after step 5 the training loss never exceeds 1.3x its running minimum, and no pre-clip gradient "
+        "norm exceeds 100x the run's median. Val loss: the final evaluation "
+        f"({s['eval_batches']} batches of the validation split).",
+        "",
+        "| arm | lr | status | steps | val loss | train loss (last 10) | stable | worst loss / min | worst grad / "
+        "median | first spike | max residual norm (evals) | s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x, fmt=".4g"):
+        return "-" if x is None else (("yes" if x else "no") if isinstance(x, bool) else format(x, fmt))
+
+    for r in d["runs"]:
+        st = r["stability"]
+        lines.append(
+            f"| {r['arm']} | {r['lr']:g} | {r['status']} | {r['steps']} | {f(r['val_loss'])} | "
+            f"{f(r['train_loss_last10'])} | {f(st['stable'])} | {f(st['loss_ratio'], '.3g')} | "
+            f"{f(st['grad_ratio'], '.3g')} | {f(st['first_spike'])} | {f(r['max_residual_norm_at_evals'], '.3g')} | "
+            f"{f(r['step_time'], '.3g')} |"
+        )
+    lines += [
+        "",
+        "| arm | best lr (val loss) | its val loss | best lr stable | half of it stable |",
+        "|---|---|---|---|---|",
+    ]
+    for arm, v in d["verdict"].items():
+        lines.append(
+            f"| {arm} | {f(v.get('best_lr'), 'g')} | {f(v.get('best_val_loss'))} | {f(v.get('best_stable'))} | "
+            f"{f(v.get('half_lr_stable'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--arms", default="angpt,gpt+", help="comma-separated arms, as angpt compare writes them")
+    p.add_argument("--lrs", default="2.5e-4,5e-4,1e-3,2e-3,4e-3")
+    p.add_argument("--preset", default="gpt2-small")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=8, help="sequences per step")
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-batches", type=int, default=16)
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--report-only", action="store_true")
+    a = p.parse_args()
+    arms = split_arms(a.arms)
+    lrs = [float(x) for x in a.lrs.split(",")]
+    t0 = time.time()
+    if not a.report_only:
+        todo = [
+            (arm, lr) for lr in lrs for arm in arms if summarise(Path(a.out), arm, lr, a.steps)["status"] != "finished"
+        ]
+        with cf.ThreadPoolExecutor(a.jobs) as pool:
+            for arm, lr, rc in pool.map(lambda job: train_one(a, *job), todo):
+                print(f"{arm} @ {lr:g}: exit {rc}", flush=True)
+    data = report(a, arms, lrs, time.time() - t0)
+    print((Path(a.out) / "report.md").read_text())
+    return 0 if data["runs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

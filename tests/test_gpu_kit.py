@@ -1,0 +1,72 @@
+"""The GPU kit (benchmarks/gpu) cannot rot: its smoke profile runs every step on the CPU at tiny shapes, and its
+plan shows that the full profile fits one H100 (issue 23)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "benchmarks" / "gpu" / "run.sh"
+
+
+def kit(*args, timeout=600):
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    return subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kit") / "out"
+    res = kit(str(out), "--smoke", "--work", str(out.parent / "work"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_smoke_runs_every_step_and_writes_its_results(smoke):
+    out, d = smoke
+    assert [t["step"] for t in d["timeline"]] == ["data", "env", "speed", "sweep", "race"]
+    assert all(t["status"] == "done" for t in d["timeline"]), d["timeline"]
+    assert d["env"]["compile"] == "works" and d["env"]["bf16_matmul_tflops"] > 0
+    rows = d["speed"][0]["rows"]
+    assert [r["arch"] for r in rows] == ["gpt+", "ngpt", "angpt", "qwen3"] and rows[0]["train_ratio"] == 1.0
+    assert all(r["train_ms"] > 0 and r["peak_fraction"] > 0 for r in rows)
+    for run in d["sweep"]:
+        assert run["status"] == "finished" and len(run["records"]) == 4
+        assert all(len(r["residual_norms"]) == 2 and r["grad_norm"] > 0 for r in run["records"])
+    raced = d["race"]["arms"]
+    assert [a["arm"] for a in raced] == ["gpt+", "ngpt", "angpt"]
+    assert all(a["status"] == "finished" and a["val_loss"] > 0 and a["curve"] for a in raced)
+    assert raced[1]["why"].startswith("not swept")  # nGPT races at the settings' fallback rate
+    report = (out / "report.md").read_text()
+    for section in ("## 1. Environment", "## 2. Step time", "## 3. First steps", "## 4. Race"):
+        assert section in report
+    assert {"sweep.png", "race.png"} <= {p.name for p in out.iterdir()}
+    assert len(list(out.iterdir())) <= 8  # what a GPU loan can bring back
+
+
+def test_plan_fits_one_h100_within_twenty_minutes():
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu" / "kit.py"), "--plan"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+    )
+    assert res.returncode == 0, res.stderr
+    memory = [float(m) for m in re.findall(r"^\| \w+ \|[^|]+\|[^|]+\|[^|]+\| ([\d.]+) \|", res.stdout, re.M)]
+    assert memory and max(memory) < 80, res.stdout
+    settings = (ROOT / "benchmarks" / "gpu" / "settings.yaml").read_text()
+    assert int(re.search(r"full:\n(?:.*\n)*?  deadline_s: (\d+)", settings).group(1)) <= 20 * 60
+
+
+def test_bad_input_is_one_line_and_non_zero(tmp_path):
+    res = kit()
+    assert res.returncode == 2 and res.stderr.startswith("usage:")
+    res = kit(str(tmp_path / "o"), "--smoke", "--only", "sweep,bogus")
+    assert res.returncode == 2 and "unknown step(s) bogus" in res.stderr
+    res = kit(str(tmp_path / "o"), "--profile", "nope")
+    assert res.returncode != 0 and "no profile 'nope'" in res.stderr

@@ -1,0 +1,146 @@
+"""anGPT trains where users train it (issue 22): its first steps at GPT-2 small width and depth, the stability
+criteria the sweeps apply, and the trainer's early warning of a residual stream that grows layer over layer.
+
+The reproduction needs no data: i.i.d. tokens from a Zipf distribution over GPT-2's 50,304 ids carry the one signal
+that triggers the blow-up (learn the unigram distribution, coherently, from step 1); uniform tokens do not."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from angpt.bench.firststeps import first_steps, stability, zipf_batches
+from angpt.models import angpt as angpt_module
+from angpt.train.config import load_run_config
+from angpt.train.loop import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# anGPT's defaults before 2026-11-25: nGPT's s_z = 1 and alpha = 0.05, no normalisation of the MLP input
+OLD_DEFAULTS = "angpt[s_z_init=1.0,alpha_init=0.05,input_norm=none]"
+VOCAB, T, B = 50304, 64, 4
+
+
+def gpt2_small_on_zipf(arm: str, lr: float, steps: int = 3):
+    probe = zipf_batches(VOCAB, 2, T, seed=99)()[0]
+    return first_steps(
+        arm,
+        "gpt2-small",
+        lr,
+        steps,
+        zipf_batches(VOCAB, B, T, seed=0),
+        probe,
+        batch_tokens=B * T,
+        context_length=T,
+        dtype="fp32",
+        max_steps=1000,
+    )  # fmt: skip  (max_steps: the LR of a long run's first steps, not of a 3-step cosine)
+
+
+def max_residual(run) -> float:
+    norms = [max(r["residual_norms"]) if r.get("residual_norms") else math.inf for r in run.records]
+    return max(norms)
+
+
+def test_old_defaults_blow_up_in_three_steps_at_gpt2_small():
+    """What users hit first: at 1e-3 (a quarter of the recipe's rate) the residual norm of the last layers passes
+    20 after the third update (measured max ||h||: 1.04, 1.24, inf), and the next loss is in the thousands."""
+    run = gpt2_small_on_zipf(OLD_DEFAULTS, 1e-3)
+    assert max_residual(run) > 20, [r.get("residual_norms") for r in run.records]
+
+
+def test_defaults_keep_the_residual_stream_near_one_at_gpt2_small():
+    """The same three steps at twice the rate: ||h|| stays within 20% of 1 at every layer and the loss falls
+    (measured: max ||h|| 1.004, 1.027, 1.082)."""
+    run = gpt2_small_on_zipf("angpt", 2e-3)
+    assert run.status == "finished"
+    assert max_residual(run) < 1.2, [r.get("residual_norms") for r in run.records]
+    assert run.records[-1]["loss"] < run.records[0]["loss"]
+
+
+def records(losses, grads):
+    return [{"step": i + 1, "loss": loss, "grad_norm": g} for i, (loss, g) in enumerate(zip(losses, grads))]
+
+
+def test_stability_criteria():
+    smooth = records([9, 8, 7.5, 7, 6.8, 6.5, 6.4, 6.3], [1] * 8)
+    assert stability(smooth)["stable"] and stability(smooth)["first_spike"] is None
+    assert stability(smooth)["loss_ratio"] <= 1.0 and stability(smooth)["grad_ratio"] == 1.0
+    # a rise to 1.35x the running minimum after step 5 is a spike; the same rise at step 3 is not counted
+    late = records([9, 8, 7, 6.5, 6.4, 6.3, 8.5, 6.2], [1] * 8)
+    assert stability(late)["first_spike"] == 7 and not stability(late)["stable"]
+    early = records([9, 8, 10.8, 7, 6.9, 6.8, 6.7, 6.6], [1] * 8)
+    assert stability(early)["stable"] and stability(early)["loss_ratio"] < 1.3
+    # a gradient norm above 100x the run's median, at any step
+    grad = records([9, 8, 7, 6.9, 6.8, 6.7, 6.6, 6.5], [1, 1, 150, 1, 1, 1, 1, 1])
+    assert stability(grad)["first_spike"] == 3 and stability(grad)["grad_ratio"] == 150
+    # a non-finite loss is a spike
+    nan = records([9, 8, 7, 6.9, 6.8, 6.7, math.nan], [1] * 7)
+    assert not stability(nan)["stable"] and stability(nan)["first_spike"] == 7
+
+
+def test_first_steps_stop_a_diverging_run_at_once():
+    probe = torch.randint(0, 256, (1, 32))
+    run = first_steps(
+        "angpt[input_norm=none]", "tiny", 50.0, 20, zipf_batches(256, 4, 32), probe, batch_tokens=128, stop_factor=1.2
+    )
+    assert run.status == "diverged" and len(run.records) < 20
+    ok = first_steps("gpt+", "tiny", 1e-3, 5, zipf_batches(256, 4, 32), probe, batch_tokens=128)
+    assert ok.status == "finished" and len(ok.records) == 5
+    assert all(len(r["residual_norms"]) == 2 for r in ok.records)  # the tiny preset's two layers
+
+
+def tiny_run(data_dir, out, **model):
+    overrides = [
+        ("arch", "angpt"),
+        ("data", str(data_dir)),
+        ("out", str(out)),
+        ("preset", "tiny"),
+        ("train.batch_tokens", 256),
+        ("train.micro_batch", 4),
+        ("train.max_steps", 6),
+        ("train.log_every", 3),
+        ("train.eval_every", 0),
+        ("train.dtype", "fp32"),
+        ("train.progress", False),
+        ("train.tensorboard", False),
+        *((f"model.{k}", v) for k, v in model.items()),
+    ]
+    return train(load_run_config(None, overrides))
+
+
+def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data_dir, tmp_path, monkeypatch, capsys):
+    """A block whose output grows 5x per layer from the third step on (what a blow-up's onset looks like): the run
+    warns at step 3, naming the layer, the growth per layer and the rate to lower, once, and logs it."""
+    original = angpt_module.ANGPTBlock.forward
+    grow = {"on": False}
+
+    def growing(self, h, ctx):
+        out = original(self, h, ctx)
+        return out * 5.0 if grow["on"] else out
+
+    monkeypatch.setattr(angpt_module.ANGPTBlock, "forward", growing)
+    from angpt.train import watch
+
+    check = watch.ResidualWatch.check
+
+    def check_after_two(self, model, step):
+        grow["on"] = step >= 3
+        try:
+            return check(self, model, step)
+        finally:
+            grow["on"] = False
+
+    monkeypatch.setattr(watch.ResidualWatch, "check", check_after_two)
+    tiny_run(data_dir, tmp_path / "r", input_norm="none")
+    err = capsys.readouterr().err
+    assert err.count("warning: step 3: the residual stream grows layer over layer") == 1, err
+    assert "at layer 1 (x5" in err and "train.lr=" in err and "model.input_norm=mlp" in err
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "warning" in r] == [3]
+
+
+def test_a_healthy_run_does_not_warn(data_dir, tmp_path, capsys):
+    tiny_run(data_dir, tmp_path / "r")
+    assert "residual stream" not in capsys.readouterr().err
