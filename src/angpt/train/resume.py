@@ -58,6 +58,26 @@ def resumed_dtype(requested: str, state: dict[str, Any], device: torch.device) -
     return resolve_dtype(requested, device)
 
 
+def _recipe_value(key: str, value: Any, arch: str) -> tuple[Any, str]:
+    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's."""
+    if value is None and key in ("lr", "weight_decay"):
+        from angpt.models import registry
+
+        recipe = registry.get(arch).recipe
+        return getattr(recipe, key), f" (the {arch} recipe's; train.{key} unset)"
+    return value, ""
+
+
+def _model_diff(saved: Any, mcfg: ModelConfig) -> str:
+    """The fields that differ, as `model.KEY=WAS (now NOW)`, at most four."""
+    if not isinstance(saved, dict):
+        return "the checkpoint's model config is unreadable"
+    now = mcfg.to_dict()
+    keys = [k for k in now if saved.get(k) != now[k]] + [k for k in saved if k not in now]
+    shown = [f"{'arch' if k == 'arch' else 'model.' + k}={saved.get(k)!r} (now {now.get(k)!r})" for k in keys[:4]]
+    return ", ".join(shown) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
 def check_resume(
     path: Any,
     state: dict[str, Any],
@@ -70,16 +90,24 @@ def check_resume(
     resolved compute dtype); else the changes applied."""
     saved = state.get("run_config") or {}
     saved_train = saved.get("train") or {}
-    if _resolved(state.get("model_config")) != mcfg.to_dict():
-        raise UserError(f"checkpoint {path} was trained with a different model config; use a new --out")
+    saved_model = _resolved(state.get("model_config"))
+    if saved_model != mcfg.to_dict():
+        raise UserError(
+            f"checkpoint {path} was trained with a different model config ({_model_diff(saved_model, mcfg)}); "
+            "resume with the run's --arch, --preset and model settings, or use a new --out"
+        )
     # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
     # older checkpoints compare the requested setting.
     recorded_dtype = state.get("compute_dtype") if dtype is not None else None
+    arch = saved.get("arch", cfg.arch)
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
-        if key in saved_train and saved_train[key] != getattr(cfg.train, key):
+        if key not in saved_train:
+            continue
+        was, now = _recipe_value(key, saved_train[key], arch), _recipe_value(key, getattr(cfg.train, key), arch)
+        if was[0] != now[0]:
             raise UserError(
-                f"cannot resume {path} with train.{key}={getattr(cfg.train, key)!r}: the run was trained with "
-                f"{saved_train[key]!r}; resume without changing it, or start a new run (--out)"
+                f"cannot resume {path} with train.{key}={now[0]!r}{now[1]}: the run was trained with {was[0]!r}"
+                f"{was[1]}; resume without changing it, or start a new run (--out)"
             )
     if recorded_dtype is not None and recorded_dtype != dtype:
         raise UserError(
