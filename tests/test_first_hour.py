@@ -47,3 +47,71 @@ def test_resume_with_another_model_names_the_differing_field(stopped_run, capsys
     assert run_cli(*common, *change, "--resume", "auto") == 2
     line = one_line(capsys)
     assert "different model config" in line and named in line, line
+
+
+# --------------------------------------------------------------------------------- a small corpus of one's own
+def test_prepare_warns_when_the_validation_split_is_too_small(tmp_path, capsys):
+    from angpt.data import prepare_dataset
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"{i}.txt").write_text(f"document {i}: " + "some words of text " * 50)
+    prepare_dataset(docs, "bytes", tmp_path / "small", val_fraction=0.1, progress=False)
+    err = capsys.readouterr().err
+    assert "warning: the validation split holds" in err and "tokens in" in err and "--val-fraction (now 0.1)" in err
+    n_tokens = int(err.split("holds ")[1].split(" tokens")[0].replace(",", ""))
+    assert 0 < n_tokens < 50_000
+
+
+def test_prepare_does_not_warn_about_a_large_validation_split(tmp_path, capsys):
+    from angpt.data import prepare_dataset
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(200):
+        (docs / f"{i}.txt").write_text(f"document {i}: " + "some words of text " * 120)
+    prepare_dataset(docs, "bytes", tmp_path / "big", val_fraction=0.3, progress=False)
+    assert "validation split" not in capsys.readouterr().err
+
+
+def test_train_warns_when_it_will_read_its_data_many_times(data_dir, tmp_path, capsys):
+    from angpt.data import TokenLoader
+
+    per_epoch = TokenLoader(data_dir, "train", 4, 64).tokens_per_epoch
+    steps = 5 * per_epoch // 512 + 1  # a little over 5 epochs at 512 tokens per step
+    args = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "r", "--train.max_steps", str(steps)]
+    assert run_cli(*args, "--train.stop_at", "1") == 0
+    err = capsys.readouterr().err
+    assert f"reads the {per_epoch:,} training tokens 5.0 times (5.0 epochs)" in err, err
+    assert run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "s", "--train.max_steps", "2") == 0
+    assert "epochs" not in capsys.readouterr().err
+
+
+def test_keep_best_keeps_the_lowest_validation_loss_across_rotation_and_resume(data_dir, tmp_path, monkeypatch, capsys):
+    """Validation loss 3.0, 2.0, 2.5, 2.8 at steps 1-4: checkpoints/best holds step 2's weights, though rotation
+    (keep_last 1) and a resume went past it; the summary line names it."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from angpt.train import loop
+
+    vals = iter([3.0, 2.0, 2.5, 2.8])
+    monkeypatch.setattr(loop.Trainer, "evaluate", lambda self: (next(vals), None))
+    out = tmp_path / "run"
+    common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "4"]
+    common += ["--train.eval_every", "1", "--train.save_every", "1", "--train.keep_last", "1"]
+    assert run_cli(*common, "--train.stop_at", "2") == 0
+    step2 = load_file(str(out / "checkpoints" / "step_000002" / "model.safetensors"))
+    assert run_cli(*common, "--resume", "auto") == 0
+    assert "best " + str(out / "checkpoints" / "best") + " (val_loss 2.0000)" in capsys.readouterr().out
+    assert [p.name for p in (out / "checkpoints").iterdir() if not p.name.startswith(".")] == ["best", "step_000004"]
+    best = out / "checkpoints" / "best"
+    state = json.loads((best / "state.json").read_text())
+    assert state["step"] == 2 and state["best_val_loss"] == 2.0
+    assert all(load_file(str(best / "model.safetensors"))[k].equal(v) for k, v in step2.items())
+    from angpt.train.checkpoint import load_checkpoint_model
+
+    model, tokenizer = load_checkpoint_model(best)  # generate, export and eval take it like any checkpoint
+    assert tokenizer is not None and model.config.arch == "gpt+"

@@ -145,7 +145,10 @@ def _train_summary(cfg, result) -> str:
         rank = int(os.environ.get("LOCAL_RANK", "0"))
         dtype = resolve_dtype(cfg.train.dtype, pick_device(cfg.train.device, rank))
     ckpt = f"checkpoint {result.checkpoint}" if result.checkpoint is not None else "no checkpoint saved"
-    return "; ".join([head, f"dtype {dtype}", ckpt, f"metrics {result.out / 'metrics.jsonl'}"])
+    parts = [head, f"dtype {dtype}", ckpt]
+    if getattr(result, "best", None) is not None:
+        parts.append(f"best {result.best} (val_loss {result.best_val_loss:.4f})")
+    return "; ".join([*parts, f"metrics {result.out / 'metrics.jsonl'}"])
 
 
 # ------------------------------------------------------------------------------------ generate / export / eval

@@ -65,6 +65,7 @@ class TrainConfig:
     log_every: int = 10
     save_every: int = 100
     keep_last: int = 2
+    keep_best: bool = True  # keep the weights of the lowest validation loss in checkpoints/best (nanoGPT's habit)
     peak_flops: float | None = None  # per device, for MFU; None -> table lookup
     tensorboard: bool = True
     wandb: bool = False

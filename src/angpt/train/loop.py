@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -67,6 +68,8 @@ class TrainResult:
     step_time_median: float | None
     signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
     dtype: str | None = None  # the compute dtype actually used ("bf16" or "fp32", never "auto")
+    best: Path | None = None  # checkpoints/best: the weights of the lowest validation loss (train.keep_best)
+    best_val_loss: float | None = None
 
 
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
@@ -199,8 +202,12 @@ class Trainer:
             cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed
         )
         self.step, self.tokens = 0, 0
+        self.best_val, self.best_step = math.inf, None  # train.keep_best: carried in every checkpoint's state
         self.watch = self._residual_watch()
         self._load_weights()
+        if info.is_main:
+            for note in self._data_notes():
+                print(f"warning: {note}", file=sys.stderr)
         self.step_fn = TrainStep(
             self.model,
             self.opt,
@@ -239,6 +246,8 @@ class Trainer:
             torch.set_rng_state(trainer["rng"]["torch"])
             self.loader.load_state_dict(state["data"])
             self.step, self.tokens = state["step"], state["tokens"]
+            self.best_val = state.get("best_val_loss") or math.inf
+            self.best_step = state.get("best_step")
             if self.info.is_main:
                 print(f"resuming from step {self.step} ({path})", file=sys.stderr)
                 for note in notes:
@@ -248,6 +257,47 @@ class Trainer:
             model_sd = ckpt.load_model_state(self.cfg.init_from)
             ckpt.check_fits(self.base, model_sd, str(self.cfg.init_from))
             load_full_state(self.model, None, model_sd, None)
+
+    def _data_notes(self) -> list[str]:
+        """How many times the run reads its training data, when that is more than a few (it will overfit)."""
+        left = (self.tc.max_steps - self.step) * self.tc.batch_tokens
+        per_epoch = self.loader.tokens_per_epoch
+        epochs = (self.step * self.tc.batch_tokens + left) / max(per_epoch, 1)
+        if epochs <= EPOCHS_WARNING:
+            return []
+        best = " (train.keep_best keeps the checkpoint of the lowest validation loss)" if self.tc.keep_best else ""
+        return [
+            f"train.max_steps={self.tc.max_steps} x train.batch_tokens={self.tc.batch_tokens:,} reads the "
+            f"{per_epoch:,} training tokens {epochs:.1f} times ({epochs:.1f} epochs): validation loss usually stops "
+            f"improving after a few; use more data or fewer steps{best}"
+        ]
+
+    def _save_best(self, val_loss: float, metrics: dict) -> Path | None:
+        """The weights of a new lowest validation loss into checkpoints/best (every rank gathers; rank 0 writes),
+        replacing the previous best only once the new one is complete."""
+        model_sd = full_model_state(self.model)
+        self.best_val, self.best_step = val_loss, self.step
+        if not self.info.is_main:
+            return None
+        root = ckpt.checkpoint_dir(self.out)
+        best, new, old = root / "best", root / f".best_new_{os.getpid()}", root / f".best_old_{os.getpid()}"
+        for stale in (new, old):
+            shutil.rmtree(stale, ignore_errors=True)
+        state = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "run_config": self.cfg.to_dict(),
+            "model_config": self.mcfg.to_dict(),
+            "metrics": metrics,
+            "best_val_loss": val_loss,
+            "run_id": self.run_id,
+        }
+        ckpt.save_weights_checkpoint(new, model_sd, state, tokenizer_dir=self.cfg.data)
+        if best.exists():
+            os.replace(best, old)
+        os.replace(new, best)
+        shutil.rmtree(old, ignore_errors=True)
+        return best
 
     def _check_init_tokenizer(self) -> None:
         """--init_from's weights were trained with some tokenizer: refuse other data unless told to."""
@@ -381,6 +431,8 @@ class Trainer:
             "world_size": self.info.world_size,
             "data_identity": self.data_identity,
             "compute_dtype": self.dtype,
+            "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
+            "best_step": self.best_step,
         }
         return ckpt.save_checkpoint(
             self.out,
@@ -486,6 +538,8 @@ class Trainer:
                 last = self.step == tc.max_steps
                 if (tc.eval_every and self.step % tc.eval_every == 0) or last:
                     val_loss, val_bpb = self.evaluate()
+                    if tc.keep_best and val_loss < self.best_val:
+                        self._save_best(val_loss, {"val_loss": val_loss, "val_bpb": val_bpb})
                     row["val_loss"] = val_loss
                     if val_bpb is not None:
                         row["val_bpb"] = val_bpb
@@ -540,7 +594,12 @@ class Trainer:
             step_time_median=times[len(times) // 2] if times else None,
             signal=signals.received,
             dtype=self.dtype,
+            best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,
+            best_val_loss=self.best_val if self.best_step is not None else None,
         )
+
+
+EPOCHS_WARNING = 4  # a run that reads its data more often than this is warned that it will overfit
 
 
 def _row_step(line: str) -> float:
