@@ -115,3 +115,32 @@ def test_keep_best_keeps_the_lowest_validation_loss_across_rotation_and_resume(d
 
     model, tokenizer = load_checkpoint_model(best)  # generate, export and eval take it like any checkpoint
     assert tokenizer is not None and model.config.arch == "gpt+"
+
+
+# ------------------------------------------------------------------------------------------ the settings' help
+def test_help_config_lists_every_key_with_its_default_and_meaning(capsys):
+    import dataclasses
+
+    from angpt.cli import main
+    from angpt.models.config import ModelConfig
+    from angpt.train.config import TrainConfig
+
+    assert main(["train", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("--")}
+    keys = {f"--train.{f.name}" for f in dataclasses.fields(TrainConfig)}
+    keys |= {f"--model.{f.name}" for f in dataclasses.fields(ModelConfig) if f.name not in ("arch", "extra")}
+    assert keys <= set(rows), sorted(keys - set(rows))
+    undocumented = [k for k, line in rows.items() if len(line.split(None, 2)) < 3]
+    assert not undocumented, f"give these fields a comment on their line: {undocumented}"
+    assert rows["--train.beta2"].split()[1] == "0.95" and rows["--model.input_norm"].split()[1] == "'none'"
+    assert "Adam beta2" in rows["--train.beta2"]
+
+
+def test_train_help_points_to_the_settings(capsys):
+    from angpt.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--help-config" in out and "(default demo)" in out

@@ -102,6 +102,11 @@ def run_config_from_args(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from angpt.train.loop import train
 
+    if args.help_config:
+        from angpt.train.keys import format_reference
+
+        print(format_reference())
+        return 0
     cfg = run_config_from_args(args)
     if args.dry_run:
         from angpt.train.dryrun import format_report, plan_run
@@ -342,15 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         allow_abbrev=False,
         help="train a model (also under torchrun)",
-        description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512",
+        description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512. "
+        "--help-config lists every key with its default and meaning.",
     )
-    s.add_argument("--config", default=None, help="YAML recipe (see configs/)")
-    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt | tokenformer")
-    s.add_argument("--preset", default=None)
-    s.add_argument("--data", default=None)
-    s.add_argument("--out", default=None)
-    s.add_argument("--dist", default=None, choices=["ddp", "fsdp"])
-    s.add_argument("--resume", default=None, help="auto | PATH")
+    s.add_argument("--help-config", action="store_true", help="list every --train.* / --model.* key and exit")
+    s.add_argument("--config", default=None, help="YAML recipe (see configs/); flags and keys override it")
+    s.add_argument("--arch", default=None, help="gpt | gpt+ | ngpt | angpt | tokenformer | a variant (default angpt)")
+    s.add_argument("--preset", default=None, help="tiny | demo | gpt2-small | 0.5B | 1B (default demo)")
+    s.add_argument("--data", default=None, help="a folder written by `angpt prepare` (required)")
+    s.add_argument("--out", default=None, help="the run folder: checkpoints, metrics.jsonl, config.json (required)")
+    s.add_argument("--dist", default=None, choices=["ddp", "fsdp"], help="under torchrun (default ddp)")
+    s.add_argument("--resume", default=None, help="auto (the run's newest checkpoint) | a checkpoint PATH")
     s.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (the same as --train.device)")
     s.add_argument(
         "--dry-run",
@@ -465,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"angpt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `angpt ... | head`: the reader left; say nothing more
+        sys.stderr.close()
+        return 0
 
 
 def _verb_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -47,59 +47,59 @@ class ModelConfig:
     """Shape and options of one model. Construct through :func:`make_config` or a preset."""
 
     arch: str = "angpt"  # a registry name (models/registry.py)
-    vocab_size: int = 50304
-    d_model: int = 256
-    n_layers: int = 6
-    n_heads: int = 4
+    vocab_size: int = 50304  # token ids; angpt train sets it from the dataset (padded to a multiple of 64)
+    d_model: int = 256  # width of the residual stream
+    n_layers: int = 6  # blocks
+    n_heads: int = 4  # attention heads (head dim = d_model / n_heads)
     d_ff: int | None = None  # width of each SwiGLU branch; None -> 4 * d_model (docs/architectures.md#notation)
-    context_length: int = 256
-    rope_theta: float = 10000.0
-    activation: str = "silu"
+    context_length: int = 256  # longest sequence; RoPE tables and nu_att are built for it
+    rope_theta: float = 10000.0  # RoPE base
+    activation: str = "silu"  # MLP gate: silu (SwiGLU) or gelu
 
     # GPT / GPT+ (docs/architectures.md#gpt-baseline): pre-norm, QK-norm, init std 0.02.
-    qk_norm: bool = True
-    norm: str = "rmsnorm"
-    norm_eps: float = 1e-6
-    dyt_alpha_init: float = 0.5
-    init_std: float = 0.02
+    qk_norm: bool = True  # GPT+: RMSNorm of q and k per head (false: the GPT row)
+    norm: str = "rmsnorm"  # GPT's normalisation: rmsnorm, dyt (tanh) or ln_scaling
+    norm_eps: float = 1e-6  # RMSNorm epsilon
+    dyt_alpha_init: float = 0.5  # DyT: initial tanh slope
+    init_std: float = 0.02  # GPT init std of every matrix (residual projections / sqrt(2 L))
 
     # nGPT / anGPT learnable scales, reparameterised: stored starts at `scale`, effective = stored * init / scale.
     # A scale of None means 1/sqrt(d_model), the NVIDIA reference default.
-    alpha_init: float = 0.05
-    alpha_scale: float | None = None
-    alpha_shape: str = "vector"
-    s_qk_init: float = 1.0
-    s_qk_scale: float | None = None
-    s_uz_init: float = 1.0
-    s_uz_scale: float = 1.0
+    alpha_init: float = 0.05  # initial residual step alpha (nGPT 0.05; anGPT's registry: 0.01)
+    alpha_scale: float | None = None  # alpha's reparameterisation scale (None: 1/sqrt(d))
+    alpha_shape: str = "vector"  # alpha per channel (vector) or one per sub-layer (scalar)
+    s_qk_init: float = 1.0  # initial q, k scale under exact QK-norm
+    s_qk_scale: float | None = None  # its reparameterisation scale (None: 1/sqrt(d))
+    s_uz_init: float = 1.0  # nGPT's initial MLP scales s_u, s_z (anGPT's learnable c_z too)
+    s_uz_scale: float = 1.0  # their reparameterisation scale
     s_z_init: float | None = 1.0  # None: GPT+'s logit scale at init, init_std * d_model (logits_init_scale)
-    s_z_scale: float | None = None
+    s_z_scale: float | None = None  # the logit scale's reparameterisation scale (None: 1/sqrt(d))
     # Softmax scale: None -> the architecture's default (1/sqrt(d_h); sqrt(d_h) for unit-norm q, k).
-    softmax_scale: float | None = None
+    softmax_scale: float | None = None  # attention logit scale (None: the architecture's)
     # Row constraint after each step: auto -> the architecture's (unit for nGPT, <= 1 for anGPT, none for GPT).
-    weight_constraint: str = "auto"
+    weight_constraint: str = "auto"  # row constraint after each step: auto, unit, bounded or none
 
     # anGPT open choices (docs/architectures.md#open-choices).
-    qk_norm_mode: str = "exact"
-    nu_att: str = "dense"
-    gate_scale: str = "fixed"
+    qk_norm_mode: str = "exact"  # anGPT: exact QK-norm with s_qk, or none (nu_qkv alone)
+    nu_att: str = "dense"  # anGPT attention-output factor: dense, none, sqrt_pos or calibrated
+    gate_scale: str = "fixed"  # anGPT gate scale c_z: fixed sqrt(d) or learnable
     # An exact L2 normalisation of a branch's input (ours, not the paper's, which adds no normalisation layer): of
     # the MLP's ("mlp"), or of the attention's and the MLP's ("block"). docs/open_choices.md#stability-at-width.
-    input_norm: str = "none"
+    input_norm: str = "none"  # anGPT: exact norm of the mlp input, of both (block), or none (the paper)
     # nu_att = "calibrated": measured on training data once this fraction of the run has passed, then frozen.
-    nu_att_calibrate_at: float = 0.05
-    nu_att_calibrate_batches: int = 8
-    mc_samples: int = 1 << 20
-    mc_seed: int = 0
+    nu_att_calibrate_at: float = 0.05  # nu_att=calibrated: fraction of the run after which it is measured
+    nu_att_calibrate_batches: int = 8  # nu_att=calibrated: training batches it is measured on
+    mc_samples: int = 1 << 20  # Monte Carlo samples behind nu_act and nu_att
+    mc_seed: int = 0  # their seed
 
     # Controls (docs/architectures.md#controls; off by default). GPT family: weight normalisation of every linear
     # map (gpt+wn) and scaled cosine attention with a learned per-head tau (gpt+cos; initial tau: Swin v2's 0.1).
     # nGPT / anGPT: alpha_A, alpha_M (freeze_alpha) or every learned scale (freeze_scales) fixed at init.
-    weight_norm: bool = False
-    attention: str = "dot"
-    cos_tau_init: float = 0.1
-    freeze_alpha: bool = False
-    freeze_scales: bool = False
+    weight_norm: bool = False  # control: W = g V/||V|| on every GPT+ linear map (gpt+wn)
+    attention: str = "dot"  # control: dot, or cosine (scaled cosine attention, gpt+cos)
+    cos_tau_init: float = 0.1  # cosine attention: initial temperature tau (Swin v2's 0.1)
+    freeze_alpha: bool = False  # control: alpha_A, alpha_M fixed at init
+    freeze_scales: bool = False  # control: every learned scale fixed at init
 
     # TokenFormer (docs/architectures.md#tokenformer): the key-value parameter tokens of each Pattention. The FFN's
     # count is d_ff (None -> 4 d_model). Theta's sqrt(n) uses a stored n, so that growth preserves the function.
@@ -112,13 +112,13 @@ class ModelConfig:
 
     # LAUREL on every residual connection (docs/architectures.md#laurel; GPT+ family and anGPT): its parts
     # rw (residual weights), lr (low rank, rank laurel_rank), pa (previous activations, depth laurel_pa_depth).
-    laurel: str = "none"
-    laurel_rank: int = 32
-    laurel_pa_depth: int = 3
+    laurel: str = "none"  # LAUREL parts on every residual: none, rw, lr, pa or a + of them
+    laurel_rank: int = 32  # LAUREL-LR rank
+    laurel_pa_depth: int = 3  # LAUREL-PA: earlier states mixed in
     laurel_rw_shape: str = "scalar"  # (alpha, beta) per connection, or one pair per channel ("vector", in R^d)
     laurel_rw_bound: str = "softmax"  # (alpha, beta) = 2 softmax(w); "sigmoid": 2 sigmoid(w) each
 
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the config
 
     def __post_init__(self) -> None:
         self.validate()

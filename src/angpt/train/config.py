@@ -36,7 +36,7 @@ def load_yaml(text: str) -> Any:
 
 @dataclass
 class TrainConfig:
-    max_steps: int = 200
+    max_steps: int = 200  # optimizer steps; the LR schedule spans them
     stop_at: int | None = None  # save and exit after this step, as if interrupted (time-limited jobs; tests)
     batch_tokens: int = 16384  # global batch in tokens: split into ranks x micro-batches x accumulation
     micro_batch: int = 16  # sequences per rank per forward
@@ -44,38 +44,38 @@ class TrainConfig:
     lr: float | None = None  # None -> the architecture's recipe (models/registry.py)
     weight_decay: float | None = None  # None -> the recipe's (0.1 on GPT/GPT+ matrices); nGPT/anGPT use none
     warmup_steps: int | None = None  # None -> 5% for GPT/GPT+, 0 for nGPT/anGPT
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = 0.1  # the schedule's floor, a fraction of the peak LR
     schedule: str = "cosine"  # cosine | wsd (warm-up, stable, decay: train/optim.py's Schedule)
     decay_fraction: float = 0.2  # wsd: the last fraction of max_steps that decays
     decay_shape: str = "1-sqrt"  # wsd: linear | 1-sqrt
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
+    beta1: float = 0.9  # Adam beta1
+    beta2: float = 0.95  # Adam beta2
+    grad_clip: float = 1.0  # clip the global gradient norm to this (0: off)
     dtype: str = "auto"  # auto: bf16 autocast where the device supports it, else fp32; params stay fp32
-    compile: bool = False
+    compile: bool = False  # torch.compile the forward
     init_any_tokenizer: bool = False  # let --init_from start from weights trained with another tokenizer
     spike_factor: float = 0.0  # stop when a step's loss exceeds this multiple of the running mean (0 disables)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
     fused_loss: bool = True  # the loss chunk by chunk without the full logits (models/loss.py)
-    device: str = "auto"
-    seed: int = 0
-    deterministic: bool = False
-    eval_every: int = 50
-    eval_batches: int = 20
-    log_every: int = 10
-    save_every: int = 100
-    keep_last: int = 2
+    device: str = "auto"  # auto, cpu, cuda or cuda:N
+    seed: int = 0  # initial weights and data order
+    deterministic: bool = False  # torch's deterministic algorithms (slower)
+    eval_every: int = 50  # validation every N steps (0: only at the end)
+    eval_batches: int = 20  # validation batches of micro_batch sequences each
+    log_every: int = 10  # a metrics.jsonl row every N steps
+    save_every: int = 100  # a checkpoint every N steps (0: only at the end)
+    keep_last: int = 2  # checkpoints kept (older ones of this run are deleted)
     keep_best: bool = True  # keep the weights of the lowest validation loss in checkpoints/best (nanoGPT's habit)
     peak_flops: float | None = None  # per device, for MFU; None -> table lookup
-    tensorboard: bool = True
-    wandb: bool = False
-    wandb_project: str = "angpt"
-    progress: bool = True
+    tensorboard: bool = True  # TensorBoard events in OUT/tb
+    wandb: bool = False  # log to Weights & Biases
+    wandb_project: str = "angpt"  # its project
+    progress: bool = True  # the progress bar
     # in-loop lm-eval: comma-separated task names, run every `eval_tasks_every` steps (local YAMLs via include)
-    eval_tasks: str | None = None
-    eval_tasks_every: int = 0
-    eval_tasks_include: str | None = None
-    eval_tasks_limit: int | None = None
+    eval_tasks: str | None = None  # lm-eval tasks run during training, comma-separated
+    eval_tasks_every: int = 0  # every N steps (0: off)
+    eval_tasks_include: str | None = None  # a folder of local task YAMLs
+    eval_tasks_limit: int | None = None  # documents per task
 
     def validate(self) -> None:
         """One-line ConfigErrors naming the field and what it must be, for a wrong type as for a bad value."""
@@ -160,15 +160,15 @@ def _coerce(value: Any, tp: Any) -> Any:
 
 @dataclass
 class RunConfig:
-    arch: str = "angpt"
-    preset: str = "demo"
+    arch: str = "angpt"  # gpt, gpt+, ngpt, angpt, tokenformer or a variant (angpt info)
+    preset: str = "demo"  # tiny, demo, gpt2-small, 0.5B or 1B
     model: dict[str, Any] = field(default_factory=dict)  # overrides of the preset
-    data: str | None = None
-    out: str | None = None
-    dist: str = "ddp"
+    data: str | None = None  # a folder written by angpt prepare
+    out: str | None = None  # the run folder: checkpoints, metrics.jsonl, config.json
+    dist: str = "ddp"  # ddp or fsdp under torchrun
     resume: str | None = None  # None, "auto" or a checkpoint path
     init_from: str | None = None  # start from these weights (a checkpoint, e.g. from `angpt import-hf`) at step 0
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the train.* settings
 
     def validate(self) -> None:
         registry.get(self.arch)  # a one-line error naming the architectures
