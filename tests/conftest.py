@@ -5,6 +5,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Machine measurements (the CPU's bf16 speed) go to a folder of this test session, not the user's cache.
+if "ANGPT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["ANGPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="angpt-test-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
