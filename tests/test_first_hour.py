@@ -144,3 +144,24 @@ def test_train_help_points_to_the_settings(capsys):
         main(["train", "--help"])
     out = capsys.readouterr().out
     assert "--help-config" in out and "(default demo)" in out
+
+
+# -------------------------------------------------------------------------------------- a one-budget report
+def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
+    """`make demo`'s shape: one budget, one seed. The verdict is a plain sentence, there is no speedup section
+    or plot (nothing to draw it from), and the loss curves remain."""
+    import re
+
+    from angpt.compare import make_plan, run_comparison
+
+    from .test_compare import TINY as COMPARE
+
+    plan = make_plan(data_dir, **{**COMPARE, "budgets": [4096]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
+    report = run_comparison(plan, tmp_path / "one", jobs=1, threads=1, progress=False)
+    md = (tmp_path / "one" / "report.md").read_text()
+    (line,) = [v for v in report.verdicts if v.startswith("smoke test: angpt")] or report.verdicts[-1:]
+    pattern = r"angpt ended \d\.\d\d nats (lower|higher) than gpt\+ after 8 steps, one seed: a demonstration"
+    assert re.search(pattern, line), line
+    assert "no speedup can be claimed" not in md and "## Convergence speedup" not in md
+    pngs = sorted(p.name for p in (tmp_path / "one").glob("*.png"))
+    assert pngs == ["val_loss_vs_tokens.png"]

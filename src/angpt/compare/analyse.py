@@ -248,6 +248,24 @@ def difference_text(plan: Plan, row: dict[str, Any]) -> str:
     return text
 
 
+def one_budget_text(plan: Plan, label: str, row: dict[str, Any]) -> str:
+    """A one-budget comparison in a plain sentence: how far apart the arms ended, and that it is not a speedup.
+    'angpt ended 0.13 nats lower than gpt+ after 1,000 steps, one seed: a demonstration, not evidence.'"""
+    md = (row.get("difference") or {}).get("mean_diff")
+    steps = row["budget"] // plan.batch_tokens
+    if md is None:
+        return f"{label} vs {plan.baseline} after {steps:,} steps: no seed finished by both."
+    n = len(plan.seeds)
+    head = (
+        f"{label} ended {abs(md):.2f} nats {'lower' if md < 0 else 'higher'} than {plan.baseline} after {steps:,} steps"
+    )
+    if n == 1:
+        return (
+            f"{head}, one seed: a demonstration, not evidence (a speedup needs several budgets, a test several seeds)."
+        )
+    return f"{head} ({difference_text(plan, row)}); one budget: a speedup needs several (docs/protocol.md)."
+
+
 def bounds_text(sp: dict[str, Any]) -> str:
     """How many points were bounds, and which way."""
     out = []
@@ -282,6 +300,8 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
             parts.append(f"steps take {entry['step_time_ratio']:.2f}x the baseline's time")
         return "; ".join(parts) + "."
     last = rows[-1]
+    if len(plan.budgets) == 1:
+        return prefix + one_budget_text(plan, label, last)
     parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
     sp = entry.get("speedup")
     if sp is None:

@@ -84,6 +84,9 @@ def write_plots(
     fig.savefig(files["val_loss_vs_tokens"], dpi=110)
     plt.close(fig)
 
+    if len(plan.budgets) == 1:  # one point per arm and no speedup to draw: the curves and the report say it all
+        return files, []
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plotted = []
     for label, e in arms.items():

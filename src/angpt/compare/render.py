@@ -195,6 +195,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
+    if others and len(plan.budgets) > 1:
         lines += [
             "",
             f"## Convergence speedup over {base} (docs/protocol.md)",
