@@ -165,3 +165,109 @@ def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
     assert "no speedup can be claimed" not in md and "## Convergence speedup" not in md
     pngs = sorted(p.name for p in (tmp_path / "one").glob("*.png"))
     assert pngs == ["val_loss_vs_tokens.png"]
+
+
+# ------------------------------------------------------------------------------------------- smaller ones
+@pytest.fixture(scope="module")
+def tiny_checkpoint(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen") / "run"
+    assert run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "1") == 0
+    return out
+
+
+def test_generate_says_when_it_caps_the_length_and_drops_echos_newline(tiny_checkpoint, monkeypatch, capsys):
+    import io
+
+    import angpt.infer
+    from angpt.cli import main
+
+    seen = {}
+
+    def fake_stream(model, tokenizer, prompt, **kw):
+        seen.update(prompt=prompt, max_new=kw["max_new_tokens"])
+        return iter(["x"])
+
+    monkeypatch.setattr(angpt.infer, "sample_stream", fake_stream)
+    monkeypatch.setattr("sys.stdin", io.StringIO("the quick\n"))
+    assert main(["generate", str(tiny_checkpoint), "--max-new-tokens", "500"]) == 0
+    assert seen["prompt"] == "the quick"  # the newline echo adds is not part of the prompt
+    err = capsys.readouterr().err
+    assert f"generating {seen['max_new']} tokens, not 500" in err and "context of 64 tokens" in err
+    assert seen["max_new"] == 64 - len("the quick")  # bytes: one token per character
+    assert main(["generate", str(tiny_checkpoint), "--prompt", "ab\n", "--max-new-tokens", "5"]) == 0
+    assert seen["prompt"] == "ab\n" and "generating" not in capsys.readouterr().err  # --prompt is kept as given
+
+
+def test_an_empty_txt_source_is_named_without_text_field(tmp_path):
+    from angpt.data import prepare_dataset
+    from angpt.errors import DataError
+
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(DataError) as e:
+        prepare_dataset(tmp_path / "empty.txt", "bytes", tmp_path / "out", progress=False)
+    assert ".txt files are empty" in str(e.value) and "text_field" not in str(e.value)
+
+
+def test_the_progress_bar_explains_slow_first_steps():
+    from angpt.train.loop import _postfix
+
+    row = {"loss": 9.0, "tokens_per_sec": 100.0}
+    assert "ETA settles" in _postfix({**row, "step": 1}, None)
+    assert "ETA settles" not in _postfix({**row, "step": 10}, None)
+
+
+def test_an_exported_model_generates_to_its_context_without_a_length_warning(tmp_path, tok):
+    import angpt
+    from angpt.hf.export import export_hf
+
+    transformers = pytest.importorskip("transformers")
+    path = export_hf(angpt.build_model("angpt", "tiny", vocab_size=tok.vocab_size), tmp_path / "exp", tok)
+    assert transformers.GenerationConfig.from_pretrained(path).max_length == 64
+    # with angpt installed (importing angpt.hf.export registers the classes), no remote-code prompt for either
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    assert tokenizer("ab")["input_ids"] == tok.encode("ab")
+
+
+def test_the_documented_tokenizer_load_needs_no_remote_code_and_no_angpt(tmp_path, tok):
+    """Without angpt installed, AutoTokenizer on a custom-class export reads config.json and asks to run remote
+    code (transformers' design); the README's way, PreTrainedTokenizerFast, does not ask and loads the same ids."""
+    import subprocess
+    import sys
+
+    import angpt
+    from angpt.hf.export import export_hf
+
+    path = export_hf(angpt.build_model("angpt", "tiny", vocab_size=tok.vocab_size), tmp_path / "exp", tok)
+    code = (
+        "import sys; sys.modules['angpt'] = None\n"  # as if angpt were not installed
+        "from transformers import PreTrainedTokenizerFast\n"
+        f"print(PreTrainedTokenizerFast.from_pretrained({str(path)!r})('ab')['input_ids'])"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0 and res.stdout.strip() == str(tok.encode("ab")), res.stderr[-2000:]
+
+
+def test_eval_fails_fast_when_the_hub_does_not_answer(tiny_checkpoint, tmp_path):
+    """No offline variables set and a Hub that refuses connections: a one-line error in seconds, not after the Hub
+    clients' half-minute of retries (measured before: 35 s; after: ~10 s, most of it importing lm-eval)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("lm_eval")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    t0 = time.time()
+    res = subprocess.run(
+        [sys.executable, "-m", "angpt", "eval", str(tiny_checkpoint), "--tasks", "hellaswag"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    took = time.time() - t0
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and "did not answer within 3 s" in lines[-1], res.stderr[-2000:]
+    assert took < 25, took

@@ -173,13 +173,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from angpt.infer import sample_stream
 
     model, tokenizer = _load(args.checkpoint, args.device)
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if args.prompt is not None:
+        prompt = args.prompt
+    else:  # `echo "def main(" | angpt generate ...`: the newline echo adds is not part of the prompt
+        prompt = sys.stdin.read()
+        prompt = prompt[:-1] if prompt.endswith("\n") else prompt
     n_prompt = len(tokenizer.encode(prompt))
-    if n_prompt >= model.config.context_length:
-        raise UserError(
-            f"the prompt is {n_prompt} tokens, the model's context is {model.config.context_length}; shorten it"
+    context = model.config.context_length
+    if n_prompt >= context:
+        raise UserError(f"the prompt is {n_prompt} tokens, the model's context is {context}; shorten it")
+    max_new = min(args.max_new_tokens, context - n_prompt)
+    if max_new < args.max_new_tokens:
+        print(
+            f"note: generating {max_new} tokens, not {args.max_new_tokens}: the prompt ({n_prompt} tokens) and the "
+            f"continuation must fit the model's context of {context} tokens",
+            file=sys.stderr,
         )
-    max_new = min(args.max_new_tokens, model.config.context_length - n_prompt)
     sys.stdout.write(prompt if args.echo else "")
     for piece in sample_stream(
         model,

@@ -321,6 +321,9 @@ def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> N
     train, val = stats["train"]["documents"], stats["val"]["documents"]
     total, vf = train + val, options["val_fraction"]
     if total == 0:
+        files = getattr(src, "files", ())
+        if files and all(f.suffix == ".txt" for f in files):
+            raise DataError(f"source {src.name} yielded no documents: its .txt files are empty; check the path")
         raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
     if train == 0:
         raise DataError(

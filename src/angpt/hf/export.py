@@ -163,7 +163,7 @@ def export_hf(
         hf_config.dtype = dtype_name
         hf_config.save_pretrained(tmp)
         _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
-        _save_generation_config(tmp, eos)
+        _save_generation_config(tmp, eos, cfg.context_length)
         if tokenizer is not None:
             _save_tokenizer(tokenizer, tmp, cfg.context_length)
         marker = {
@@ -327,11 +327,14 @@ def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
     save_file(sd, str(path), metadata={"format": "pt"})  # "pt": transformers refuses files without it
 
 
-def _save_generation_config(folder: Path, eos: int | None) -> None:
+def _save_generation_config(folder: Path, eos: int | None, context_length: int) -> None:
     from transformers import GenerationConfig
 
-    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token.
-    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos).save_pretrained(folder)
+    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token. The
+    # length: the model's context (transformers' default of 20 tokens would warn and cut every generate() short).
+    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, max_length=context_length).save_pretrained(
+        folder
+    )
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path, context_length: int) -> None:

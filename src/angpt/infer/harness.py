@@ -265,7 +265,12 @@ def _hub_error(names: Sequence[str], e: BaseException) -> UserError:
     import os
 
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(v, "").lower() in ("1", "true")]
-    where = f"which is offline here ({'='.join([offline[0], os.environ[offline[0]]])})" if offline else "(unreachable?)"
+    if _WENT_OFFLINE:
+        where = "which did not answer within 3 s (so this run went offline rather than retry)"
+    elif offline:
+        where = f"which is offline here ({'='.join([offline[0], os.environ[offline[0]]])})"
+    else:
+        where = "(unreachable?)"
     cause = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
     return UserError(
         f"lm_eval task(s) {', '.join(names)} need their dataset from the Hugging Face Hub {where}: {cause}; run once "
@@ -274,10 +279,36 @@ def _hub_error(names: Sequence[str], e: BaseException) -> UserError:
     )
 
 
+_WENT_OFFLINE = False  # set when go_offline_if_unreachable() switched this process to offline mode
+
+
+def go_offline_if_unreachable() -> None:
+    """Offline mode for this process when the Hub does not answer a 3 s probe: the Hub clients would otherwise
+    retry for half a minute before failing; a task with local data (--include) loads the same either way."""
+    import os
+    import sys
+
+    from angpt.data.sources import hub_offline, hub_reachable
+
+    global _WENT_OFFLINE
+    if hub_offline() or hub_reachable():
+        return
+    _WENT_OFFLINE = True
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    for module, name in (
+        ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_DATASETS_OFFLINE"),
+    ):
+        if module in sys.modules and hasattr(sys.modules[module], name):  # read at import: set it where it was read
+            setattr(sys.modules[module], name, True)
+
+
 def check_tasks(tasks: str | Sequence[str], include_path: str | Path | Sequence[str | Path] | None = None) -> None:
     """Load `tasks` (and their datasets) once, so that an unknown task or one whose data cannot be had fails now,
     as a one-line UserError, rather than at the first evaluation of a training run."""
     names = _task_names(tasks)
+    go_offline_if_unreachable()
     manager = _task_manager(names, include_path)
     try:
         if hasattr(manager, "load"):  # lm_eval >= 0.4.10
@@ -322,6 +353,7 @@ def evaluate_tasks(
 
     names = _task_names(tasks)
     lm = AngptLM(model=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
+    go_offline_if_unreachable()
     manager = _task_manager(names, include_path)
     try:
         results = lm_eval.simple_evaluate(

@@ -652,8 +652,13 @@ def _progress(enabled: bool, start: int, total: int):
     )
 
 
+WARMUP_STEPS_NOTE = 3  # the first steps allocate memory and pick kernels: slow, and the ETA follows them
+
+
 def _postfix(row: dict, mfu: float | None) -> str:
     parts = [f"loss {row['loss']:.3f}", f"{row['tokens_per_sec']:.0f} tok/s"]
+    if row["step"] <= WARMUP_STEPS_NOTE:
+        parts.append("first steps are slow (memory, kernels): the ETA settles after a few")
     if "val_loss" in row:
         parts.append(f"val {row['val_loss']:.3f}")
     if mfu is not None:
