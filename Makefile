@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev,scaling]"
 	touch $(STAMP)
+	@echo "installed into $(VENV): the command line is $(BIN)/angpt (or: source $(BIN)/activate; angpt --help)"
 
 # The main job: GPT+ and anGPT side by side, 1,000 optimizer steps each (1M tokens, a 4-layer d=128 model), both
 # trained at once on two cores (~6 min on a quiet 2-core machine after the install; benchmarks/RESULTS.md). One seed
@@ -33,6 +34,9 @@ demo: $(STAMP)
 		--batch-tokens 1024 --seq-len 128 --micro-batch 8 --eval-batches 16 --eval-points 20 \
 		--jobs 2 --threads 1 --sample "def main(" --sample-tokens 80
 	@cat $(OUT)/report.md
+	@echo ""
+	@echo "Next: source $(VENV)/bin/activate, then angpt prepare --source YOUR_TEXT/ --out data/mine and"
+	@echo "angpt train --arch angpt --data data/mine --out runs/mine (README: 'The two commands')."
 
 train-demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
