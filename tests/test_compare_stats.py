@@ -189,7 +189,7 @@ def test_recorded_comparison_no_longer_claims_a_speedup_for_an_arm_that_ends_wor
                 plan, _report(plan, arms), {}
             )
     assert "4 below range (speedup >= 1.00x there; left out, so the mean understates)" in line  # anGPT's bounds
-    assert "reaches gpt+'s loss with 1.48x fewer tokens (±0.06 over 3 seeds; 5 of 9 points measured" in line
+    assert "reaches gpt+'s loss with 1.48x fewer tokens (±0.06 over 3 seeds, 95% CI [1.34, 1.62]; 5 of 9 points" in line
 
 
 def test_no_speedup_is_claimed_for_an_arm_worse_at_the_largest_budget(data_dir):
@@ -267,3 +267,77 @@ def test_plot_rules(tmp_path, monkeypatch, data_dir):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
     plan = make_plan(data_dir, **TINY, budgets=[2048], arms=["gpt+"])
     assert write_plots(plan, {}, {}, tmp_path) == ({}, [NO_MATPLOTLIB]) and not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------ multiplicity, intervals, power
+def test_holm_by_hand_and_on_the_controls_report():
+    """Holm's step-down adjustment worked out by hand; then the 21 paired tests of evidence-cpu-controls: 12 had
+    p < 0.05 unadjusted, and at most two survive (Benjamini-Hochberg, less strict, kept two); gpt+cos, once called
+    "the only arm significantly ahead", does not."""
+    from angpt.compare.stats import holm
+
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
+    arms = json.loads((ROOT / "benchmarks/evidence-cpu-controls/report.json").read_text())["arms"]
+    tests = [
+        (label, r["budget"], r["difference"]["paired"]["p"])
+        for label, e in arms.items()
+        for r in e["budgets"]
+        if (r.get("difference") or {}).get("paired")
+    ]
+    assert len(tests) == 21 and sum(p < 0.05 for *_, p in tests) == 12
+    adjusted = dict(zip([t[:2] for t in tests], holm([p for *_, p in tests])))
+    assert sum(p < 0.05 for p in adjusted.values()) <= 2
+    assert adjusted[("gpt+cos", 2097152)] > 0.05
+
+
+def test_detectable_difference_against_scipy():
+    from scipy import stats as sps
+
+    from angpt.compare.stats import detectable_difference, mean_ci95
+
+    for sd, n in ((0.1, 3), (0.04, 5), (0.2, 10)):
+        want = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+        assert detectable_difference(sd, n) == pytest.approx(want, rel=1e-9)
+    xs = [1.2, 1.5, 1.35, 1.4]
+    lo, hi = mean_ci95(xs)
+    half = sps.t.ppf(0.975, 3) * sps.tstd(xs) / 2
+    assert (lo, hi) == pytest.approx((sum(xs) / 4 - half, sum(xs) / 4 + half), rel=1e-9)
+    assert detectable_difference(0.1, 1) is None and mean_ci95([1.0]) is None
+
+
+def test_a_speedup_is_established_only_if_the_difference_survives_holm(data_dir):
+    """Lower at every budget, so a speedup on its face; but the largest budget's paired p (~0.03) does not survive
+    Holm's correction over the report's three tests: not established, and the verdict says why."""
+    from angpt.compare.analyse import correct_for_multiplicity
+
+    budgets = [2048, 4096, 8192]
+    base = {2048: [3.0, 3.1, 2.9], 4096: [2.6, 2.7, 2.5], 8192: [2.3, 2.4, 2.2]}
+    cand = {2048: [2.7, 2.9, 2.8], 4096: [2.4, 2.45, 2.42], 8192: [2.2, 2.31, 2.05]}
+    plan, arms = _analysed(data_dir, base, cand, budgets)
+    assert arms["angpt"]["speedup"]["established"]  # before the correction
+    family = correct_for_multiplicity(plan, arms)
+    assert family["n_tests"] == 3 and "every budget (3 tests)" in family["family"]
+    last = arms["angpt"]["budgets"][-1]["difference"]["paired"]
+    assert last["p"] < 0.05 <= last["p_holm"]
+    assert not arms["angpt"]["speedup"]["established"]
+    line = verdict(plan, "angpt", arms["angpt"])
+    from angpt.compare.analyse import _p
+
+    assert f"(Holm-adjusted {_p(last['p_holm'])})" in line and "not significant (Holm-adjusted p=" in line
+
+
+def test_level_only_when_the_interval_lies_within_the_margin(data_dir):
+    from angpt.compare.analyse import LEVEL_MARGIN, difference_text
+
+    budgets = [2048, 4096]
+    base = {2048: [3.0, 3.1, 2.9], 4096: [2.5, 2.6, 2.4]}
+    tight = {2048: [3.0, 3.1, 2.9], 4096: [2.501, 2.603, 2.398]}  # differences +0.001, +0.003, -0.002
+    loose = {2048: [3.0, 3.1, 2.9], 4096: [2.45, 2.7, 2.41]}  # differences -0.05, +0.1, +0.01: CI wide, holds 0
+    plan, arms = _analysed(data_dir, base, tight, budgets)
+    text = difference_text(plan, arms["angpt"]["budgets"][-1])
+    assert f"level: the interval lies within +-{LEVEL_MARGIN} nats" in text
+    plan, arms = _analysed(data_dir, base, loose, budgets)
+    text = difference_text(plan, arms["angpt"]["budgets"][-1])
+    assert "level" not in text and "not distinguishable: this design detects differences of" in text

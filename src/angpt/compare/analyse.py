@@ -9,12 +9,27 @@ from typing import Any
 
 from angpt.compare.collect import ArmRuns
 from angpt.compare.plan import Plan, format_lr, format_setting, format_tokens
-from angpt.compare.stats import mean, median, paired_ttest, speedups, std, usable, welch_ttest
+from angpt.compare.stats import (
+    detectable_difference,
+    holm,
+    mean,
+    mean_ci95,
+    median,
+    paired_ttest,
+    speedups,
+    std,
+    usable,
+    welch_ttest,
+)
 from angpt.compare.sweep import Sweeps
 
 # A chosen LR is flagged unstable when a run's largest pre-clip gradient norm exceeds this multiple of its median
 # (a gradient blow-up the clip hid), or when its training loss spiked (store.SPIKE_FACTOR).
 GRAD_NORM_RATIO_LIMIT = 100.0
+# Two arms are called level only when the 95% interval of their difference lies inside +-this many nats: an
+# interval that merely contains 0 says the design could not tell, not that they are equal.
+LEVEL_MARGIN = 0.02
+ALPHA = 0.05  # the family-wise error rate the Holm-adjusted p-values are read against
 
 
 def _finite(xs) -> list[float]:
@@ -67,10 +82,12 @@ def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns, diff_at_largest: fl
         )
     if diff_at_largest is not None and diff_at_largest > 0:
         why_not.append(f"its loss at {format_tokens(plan.budgets[-1])} tokens is higher than {plan.baseline}'s")
+    ci = mean_ci95(seed_means)
     return {
         "per_seed": per_seed,
         "mean": mean(seed_means),  # over the measured points only: read it with `established`
         "std": std(seed_means),
+        "ci95": list(ci) if ci else None,
         "established": not why_not,
         "why_not": "; ".join(why_not) or None,
         "n_seeds": len(seed_means),
@@ -105,9 +122,12 @@ def _difference(plan: Plan, base: ArmRuns, cand: ArmRuns, b: int) -> dict[str, A
         note = "n/a (the differences do not vary)"
     else:
         note = None
+    diffs = [c - r for c, r in pairs]
     return {
         "n_pairs": len(pairs),
-        "mean_diff": mean([c - r for c, r in pairs]),  # negative: the arm's loss is lower
+        "mean_diff": mean(diffs),  # negative: the arm's loss is lower
+        # the smallest difference this design detects (paired t, alpha 0.05 unadjusted, power 0.8)
+        "detectable": detectable_difference(std(diffs) or 0.0, len(diffs)),
         "paired": None if paired is None else paired.to_dict(),
         "welch": None if welch is None else welch.to_dict(),
         "note": note,
@@ -219,6 +239,36 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
     return arms
 
 
+def correct_for_multiplicity(plan: Plan, arms: dict[str, Any]) -> dict[str, Any]:
+    """Holm-adjust the paired p-values of every arm against the baseline at every budget, as one family, into
+    each test's "p_holm"; an arm's speedup counts as established only if its difference at the largest budget
+    survives the adjustment. Returns the family's description (also the report's "multiple_comparisons")."""
+    tests = [
+        row["difference"]["paired"]
+        for label, e in arms.items()
+        if label != plan.baseline
+        for row in e["budgets"]
+        if row.get("difference", {}).get("paired")
+    ]
+    for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
+        t["p_holm"] = adjusted
+    for label, e in arms.items():
+        sp, last = e.get("speedup"), e["budgets"][-1]
+        if label == plan.baseline or not sp or not sp["established"]:
+            continue
+        t = (last.get("difference") or {}).get("paired")
+        if t is None or t["p_holm"] >= ALPHA:
+            sp["established"] = False
+            p = "no test (one seed)" if t is None else f"Holm-adjusted p={_p(t['p_holm'])}"
+            sp["why_not"] = f"its difference at {format_tokens(plan.budgets[-1])} tokens is not significant ({p})"
+    return {
+        "method": "holm",
+        "family": f"the paired tests of every arm against {plan.baseline} at every budget ({len(tests)} tests)",
+        "n_tests": len(tests),
+        "alpha": ALPHA,
+    }
+
+
 # --------------------------------------------------------------------------------------------- verdicts
 def _p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-4 else "<1e-4"
@@ -242,9 +292,16 @@ def difference_text(plan: Plan, row: dict[str, Any]) -> str:
         t = d[lead]
     name = {"paired": "paired", "welch": "Welch"}
     lo, hi = t["ci95"]
-    text += f", 95% CI [{lo:+.4f}, {hi:+.4f}], {name[lead]} p={_p(t['p'])} over {d['n_pairs']} seeds"
+    text += f", 95% CI [{lo:+.4f}, {hi:+.4f}], {name[lead]} p={_p(t['p'])}"
+    if t.get("p_holm") is not None:
+        text += f" (Holm-adjusted {_p(t['p_holm'])})"
+    text += f" over {d['n_pairs']} seeds"
     if d.get(other):
-        text += f" ({name[other]} p={_p(d[other]['p'])})"
+        text += f" (Welch p={_p(d[other]['p'])})" if other == "welch" else f" (paired p={_p(d[other]['p'])})"
+    if -LEVEL_MARGIN < lo and hi < LEVEL_MARGIN:
+        text += f"; level: the interval lies within +-{LEVEL_MARGIN} nats"
+    elif d.get("detectable") is not None and lo <= 0 <= hi:
+        text += f"; not distinguishable: this design detects differences of {d['detectable']:.3f} nats and more"
     return text
 
 
@@ -309,6 +366,8 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
     elif sp["established"]:
         m = sp["mean"]
         spread = f"±{sp['std']:.2f} over {sp['n_seeds']} seeds" if sp["std"] is not None else "1 seed, no spread"
+        if sp.get("ci95"):
+            spread += f", 95% CI [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
         used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
         head = (
             f"reaches {b}'s loss with {m:.2f}x fewer tokens"

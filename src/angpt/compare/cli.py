@@ -201,7 +201,12 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--arms", default="gpt,gpt+,ngpt,angpt", help="comma-separated arms (default: %(default)s)")
     s.add_argument("--baseline", default=None, help="the arm the others are measured against (default: gpt+)")
     s.add_argument("--budgets", default=None, help="comma-separated token budgets, e.g. 1Mi,2Mi,4Mi (required)")
-    s.add_argument("--seeds", default="0", help="comma-separated seeds (init and data order), e.g. 0,1,2")
+    s.add_argument(
+        "--seeds",
+        default="0,1,2,3,4",
+        help="comma-separated seeds (init and data order); default 5 seeds, what evidence needs (docs/protocol.md); "
+        "--seeds 0 for a quick look",
+    )
     s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
     s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")
     s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")

@@ -53,6 +53,8 @@ def _diff_cell(row: dict[str, Any]) -> str:
     if paired:
         lo, hi = paired["ci95"]
         text += f" [{lo:+.4f}, {hi:+.4f}], p={_p(paired['p'])}"
+        if paired.get("p_holm") is not None:
+            text += f", Holm {_p(paired['p_holm'])}"
     if welch:
         text += f" (Welch p={_p(welch['p'])})"
     return text
@@ -174,7 +176,9 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"Mean over seeds of the per-seed difference L_arm - L_{base} (negative: the arm is better), its 95% "
             "confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: init and data "
-            "order), with Welch's unequal-variance p beside it.",
+            "order), its Holm-adjusted value over "
+            + (report.get("multiple_comparisons") or {}).get("family", "the report's tests")
+            + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%).",
             "",
             "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
             "|---|" + "---|" * len(plan.budgets),
@@ -218,6 +222,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 lines.append(f"| {label} | {'– (runs missing)' if lacking else '–'} | – | – | – |")
                 continue
             val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
+            if sp.get("ci95") and sp["mean"] is not None:
+                val += f", 95% CI [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
             if not sp["established"]:
                 val = f"not established ({sp['why_not']})" + (
                     f"; measured points alone: {val}" if sp["mean"] is not None else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from angpt.compare.analyse import analyse, verdict, warnings
+from angpt.compare.analyse import analyse, correct_for_multiplicity, verdict, warnings
 from angpt.compare.collect import collect
 from angpt.compare.machine import dataset_summary, machine_info
 from angpt.compare.plan import Plan
@@ -47,6 +47,7 @@ def write_report(
 
     runs = collect(plan, report_dir, sweeps, records)
     arms = analyse(plan, runs, sweeps)
+    family = correct_for_multiplicity(plan, arms)  # before the verdicts: "established" needs the adjusted p
     try:
         meta = load_meta(plan.data)
     except Exception:  # the dataset may have moved since the runs; the report stands without its summary
@@ -66,6 +67,7 @@ def write_report(
         "baseline": plan.baseline,
         "stat": plan.stat,
         "arms": arms,
+        "multiple_comparisons": family,
         "verdicts": [verdict(plan, lab, e, smoke) for lab, e in arms.items() if lab != plan.baseline],
         "warnings": warnings(plan, arms, meta, horizon),
     }

@@ -195,6 +195,39 @@ def welch_ttest(a: Sequence[float], b: Sequence[float]) -> TTest | None:
     return _ttest("welch", ma - mb, math.sqrt(se2), df, min(len(a), len(b)))
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (Holm 1979): control of the family-wise error rate at
+    any level, without assuming the tests independent. Sorted ascending, the i-th (0-based) of m becomes
+    max over j <= i of min(1, (m - j) p_(j)), returned in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def mean_ci95(xs: Sequence[float]) -> tuple[float, float] | None:
+    """The t-based 95% interval of the mean of `xs` (None for fewer than two values or no spread)."""
+    if len(xs) < 2:
+        return None
+    m, s = sum(xs) / len(xs), std(xs)
+    if not s:
+        return None
+    half = t_quantile(0.975, len(xs) - 1) * s / math.sqrt(len(xs))
+    return m - half, m + half
+
+
+def detectable_difference(sd: float, n: int, power: float = 0.8) -> float | None:
+    """The smallest true mean difference a two-sided paired t-test at alpha 0.05 detects with `power`, given the
+    per-pair differences' standard deviation `sd` over `n` pairs (the usual (t_{.975} + t_power) sd / sqrt(n))."""
+    if n < 2 or not sd:
+        return None
+    return (t_quantile(0.975, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
+
+
 # ------------------------------------------------------------------------------------------- stability
 
 
