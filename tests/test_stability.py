@@ -144,3 +144,15 @@ def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data
 def test_a_healthy_run_does_not_warn(data_dir, tmp_path, capsys):
     tiny_run(data_dir, tmp_path / "r")
     assert "residual stream" not in capsys.readouterr().err
+
+
+def test_smoothed_criteria_ignore_one_hard_batch_but_not_a_real_spike():
+    """At small batches one batch's content moves its loss 20-40% (every arm at the same step): over a 10-step
+    mean that is no spike; a loss that stays 1.5x up for ten steps is one either way."""
+    flat = [5.0] * 30
+    hard_batch = flat[:20] + [7.0] + flat[21:]
+    sustained = flat[:15] + [7.5] * 15
+    grads = [1.0] * 30
+    assert not stability(records(hard_batch, grads))["stable"]
+    assert stability(records(hard_batch, grads), smooth=10)["stable"]
+    assert not stability(records(sustained, grads), smooth=10)["stable"]

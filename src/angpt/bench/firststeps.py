@@ -64,10 +64,21 @@ def stability(
     after: int = SPIKE_AFTER,
     loss_factor: float = LOSS_FACTOR,
     grad_factor: float = GRAD_FACTOR,
+    smooth: int = 1,
 ) -> dict[str, Any]:
     """Whether a run trained without a spike: after step `after` the loss never exceeds `loss_factor` times its
     running minimum, and no pre-clip gradient norm exceeds `grad_factor` times the run's median. A non-finite
-    loss is a spike. Returns {"stable", "loss_ratio" (the worst), "grad_ratio" (the worst), "first_spike"}."""
+    loss is a spike. Returns {"stable", "loss_ratio" (the worst), "grad_ratio" (the worst), "first_spike"}.
+
+    `smooth` > 1 reads the loss as its mean over the last `smooth` steps: at batches of a few thousand tokens one
+    batch's content moves its loss by 20-40% (every arm alike, at the same step), which is not the model's doing.
+    """
+    if smooth > 1:
+        raw = [r["loss"] for r in records]
+        records = [
+            {**r, "loss": sum(raw[max(0, i + 1 - smooth) : i + 1]) / len(raw[max(0, i + 1 - smooth) : i + 1])}
+            for i, r in enumerate(records)
+        ]
     grads = [r["grad_norm"] for r in records if math.isfinite(r["grad_norm"])]
     median = statistics.median(grads) if grads else math.nan
     worst_loss, worst_grad, first = 0.0, 0.0, None
