@@ -152,7 +152,9 @@ def leg(name: str) -> dict:
         capture_output=True,
         env=env,
     )
-    summary = next((ln.strip("= ") for ln in reversed(res.stdout.splitlines()) if " in " in ln and "=" in ln), "")
+    summary = next(
+        (ln.strip("= ") for ln in reversed(res.stdout.splitlines()) if re.search(r"\d+ (passed|failed|error)", ln)), ""
+    )
     if res.returncode:
         sys.stdout.write(res.stdout[-6000:] + res.stderr[-2000:])
     ok = res.returncode == 0 and not problems

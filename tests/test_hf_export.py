@@ -241,7 +241,9 @@ def test_folded_export_loads_where_angpt_is_not_importable(models, exports, tok,
 
 def test_bf16_export(models, tok, tmp_path):
     out = export_hf(models["angpt"], tmp_path / "bf16", tok, dtype="bfloat16")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(out)
+    # the stored dtype: transformers 5 loads it by default, 4.x when asked for "auto" (under its old keyword)
+    auto = {"dtype": "auto"} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": "auto"}
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, **auto)
     assert hf.lm_head.weight.dtype == torch.bfloat16
     x = ids(tok)
     with torch.no_grad():

@@ -311,7 +311,10 @@ class HFSource(Source):
             return self._call(datasets.load_dataset, self.path, self.config)
         # datasets would retry an unreachable Hub for ~30 s; probe first unless it is in offline mode anyway
         # (offline mode set after datasets was imported is not seen by it, so we honour the variable here).
-        if not datasets.config.HF_HUB_OFFLINE and (hub_offline() or not hub_reachable()):
+        seen_offline = getattr(
+            datasets.config, "HF_HUB_OFFLINE", getattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+        )
+        if not seen_offline and (hub_offline() or not hub_reachable()):  # (datasets < 2.19 names it HF_DATASETS_...)
             raise DataError(
                 f"cannot reach the Hugging Face Hub for dataset {self.hub_name!r} (no network or offline mode); "
                 "use a local path or hf:BUILDER:FILES, or set HF_HUB_OFFLINE=1 at start to use a cached copy"

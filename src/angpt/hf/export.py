@@ -160,7 +160,7 @@ def export_hf(
         eos = tokenizer.eos_id if tokenizer is not None else None
         if eos is not None:
             hf_config.eos_token_id = hf_config.pad_token_id = hf_config.bos_token_id = eos
-        hf_config.dtype = dtype_name
+        hf_config.dtype = hf_config.torch_dtype = dtype_name  # transformers >= 5 reads dtype, 4.x torch_dtype
         hf_config.save_pretrained(tmp)
         _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
         _save_generation_config(tmp, eos, cfg.context_length)
