@@ -71,9 +71,12 @@ def decode_docs(data_dir, split: str, complete: bool = True) -> list[str]:
     return [tok.decode(piece[:-1]) for piece in np.split(tokens, cuts + 1)[:-1]]
 
 
-def expected_split(docs, val_fraction, seed=0):
+def expected_split(docs, val_fraction, seed=0, test_fraction=None):
+    """(train, val, test) by the documents' hash: [0, vf) val, [vf, vf + tf) test (tf: as vf), the rest train."""
+    tf = val_fraction if test_fraction is None else test_fraction
     val = [d for d in docs if split_value(d, seed) < val_fraction]
-    return [d for d in docs if d not in val], val
+    test = [d for d in docs if val_fraction <= split_value(d, seed) < val_fraction + tf]
+    return [d for d in docs if d not in val and d not in test], val, test
 
 
 def file_state(folder: Path) -> dict:
@@ -143,12 +146,13 @@ def test_local_source_shards_decode_to_documents(tmp_path, kind):
     src = write_source(kind, tmp_path / "src", docs)
     order = txt_order(docs) if kind == "txt" else docs
     meta = prepare_dataset(src, "bytes", tmp_path / "out", val_fraction=0.2, progress=False, shard_tokens=1000)
-    train, val = expected_split(order, 0.2)
-    assert val and train
+    train, val, test = expected_split(order, 0.2)
+    assert val and train and test
     assert decode_docs(tmp_path / "out", "train") == train
     assert decode_docs(tmp_path / "out", "val") == val
+    assert decode_docs(tmp_path / "out", "test") == test
     assert len(meta["splits"]["train"]["shards"]) > 1  # several shards, one stream
-    for split, texts in (("train", train), ("val", val)):
+    for split, texts in (("train", train), ("val", val), ("test", test)):
         info = meta["splits"][split]
         nbytes = sum(len(d.encode()) for d in texts)
         assert (info["documents"], info["bytes"], info["tokens"]) == (len(texts), nbytes, nbytes + len(texts))
@@ -187,10 +191,11 @@ def test_bpe_tokenizer(tmp_path):
     from tokenizers import Tokenizer as HFTokenizer
 
     assert HFTokenizer.from_file(str(tmp_path / "out" / "tokenizer.json")).get_vocab_size() == 400
-    train, val = expected_split(docs, 0.05)
+    train, val, test = expected_split(docs, 0.05)
     assert decode_docs(tmp_path / "out", "train") == train
     assert decode_docs(tmp_path / "out", "val") == val
-    for split, texts in (("train", train), ("val", val)):
+    assert decode_docs(tmp_path / "out", "test") == test
+    for split, texts in (("train", train), ("val", val), ("test", test)):
         info = meta["splits"][split]
         assert info["tokens"] == sum(len(tok.encode(d)) + 1 for d in texts)
         assert info["bytes"] == sum(len(d.encode()) for d in texts)
@@ -199,6 +204,7 @@ def test_bpe_tokenizer(tmp_path):
     assert meta["dtype"] == "uint16"
     # The tokenizer is fitted on train documents only.
     options = {"tokenizer_train_bytes": 10**9, "max_tokens": None, "seed": 0, "val_fraction": 0.05}
+    options["test_fraction"] = 0.05
     fitted = [d for batch in _train_texts(open_source(src), options) for d in batch]
     assert fitted == train
     # A tokenizer.json from disk works as hf:PATH.
@@ -223,7 +229,7 @@ def test_hf_sources_through_datasets(tmp_path):
     source = f"hf:parquet:{tmp_path}/pq/*.parquet"
     meta = prepare_dataset(source, "bytes", tmp_path / "out", val_fraction=0.2, progress=False)
     assert "datasets" in sys.modules and meta["source"] == source
-    train, val = expected_split(docs, 0.2)
+    train, val, _ = expected_split(docs, 0.2)
     assert decode_docs(tmp_path / "out", "train") == train
     assert decode_docs(tmp_path / "out", "val") == val
 
@@ -261,14 +267,17 @@ def test_val_split_is_by_document_and_deterministic(tmp_path):
     src = write_source("jsonl", tmp_path / "src", docs)
     a = prepare_dataset(src, "bytes", tmp_path / "a", val_fraction=0.1, progress=False)
     b = prepare_dataset(src, "bytes", tmp_path / "b", val_fraction=0.1, progress=False)
-    for split in ("train", "val"):
+    for split in ("train", "val", "test"):
         assert (tmp_path / "a" / f"{split}_000000.bin").read_bytes() == (
             tmp_path / "b" / f"{split}_000000.bin"
         ).read_bytes()
     assert a["splits"] == b["splits"]
     train, val = decode_docs(tmp_path / "a", "train"), decode_docs(tmp_path / "a", "val")
-    assert not set(train) & set(val) and sorted(train + val) == sorted(docs)
-    assert 5 <= len(val) <= 40
+    test = decode_docs(tmp_path / "a", "test")  # as many as val by default: [0.1, 0.2) of the hash
+    assert not set(train) & set(val) and not set(train) & set(test) and not set(val) & set(test)
+    assert sorted(train + val + test) == sorted(docs)
+    assert 5 <= len(val) <= 40 and 5 <= len(test) <= 40
+    assert all(0.1 <= split_value(d) < 0.2 for d in test) and all(split_value(d) < 0.1 for d in val)
     c = prepare_dataset(src, "bytes", tmp_path / "c", val_fraction=0.1, seed=1, progress=False)
     assert decode_docs(tmp_path / "c", "val") != val and c["documents"] == a["documents"]
 

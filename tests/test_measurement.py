@@ -219,10 +219,11 @@ def test_bpe_is_fitted_on_the_train_split_of_the_datasets_own_seed(tmp_path, mon
 
     docs = [f"doc {i}: " + " ".join(f"w{(i * 13 + j) % 97}" for j in range(30)) + "\n" for i in range(60)]
     vf, seed = 0.3, 7
-    train = [d for d in docs if not _in_val(d, seed, vf)]
+    # held out: validation [0, vf) and test [vf, 2 vf) of the hash (test as large as validation by default)
+    train = [d for d in docs if not _in_val(d, seed, 2 * vf)]
     val = [d for d in docs if _in_val(d, seed, vf)]
     assert val and train
-    assert train != [d for d in docs if not _in_val(d, 0, vf)], "seed 0 must draw another split here"
+    assert train != [d for d in docs if not _in_val(d, 0, 2 * vf)], "seed 0 must draw another split here"
 
     fitted: list[str] = []
     original = prepare_mod.train_bpe
@@ -239,6 +240,7 @@ def test_bpe_is_fitted_on_the_train_split_of_the_datasets_own_seed(tmp_path, mon
     assert fitted == train
     assert not set(fitted) & set(val)
     assert meta["splits"]["val"]["documents"] == len(val)  # and the shards were split by the same rule
+    assert meta["splits"]["test"]["documents"] == len(docs) - len(train) - len(val)
 
 
 # ------------------------------------------------------------------ round two: what a per-file audit found open

@@ -71,6 +71,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         args.tokenizer,
         args.out,
         val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
         max_tokens=args.max_tokens,
         text_field=args.text_field,
         doc_separator=args.doc_separator,
@@ -150,6 +151,8 @@ def _train_summary(cfg, result) -> str:
         rank = int(os.environ.get("LOCAL_RANK", "0"))
         dtype = resolve_dtype(cfg.train.dtype, pick_device(cfg.train.device, rank))
     ckpt = f"checkpoint {result.checkpoint}" if result.checkpoint is not None else "no checkpoint saved"
+    if getattr(result, "test_loss", None) is not None:
+        head += f"; test_loss {result.test_loss:.4f}"
     parts = [head, f"dtype {dtype}", ckpt]
     if getattr(result, "best", None) is not None:
         parts.append(f"best {result.best} (val_loss {result.best_val_loss:.4f})")
@@ -339,7 +342,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH")
     s.add_argument("--out", required=True)
     s.add_argument("--max-tokens", type=int, default=None)
-    s.add_argument("--val-fraction", type=float, default=0.005)
+    s.add_argument(
+        "--val-fraction", type=float, default=0.005, help="documents for validation: selection (default 0.005)"
+    )
+    s.add_argument(
+        "--test-fraction",
+        type=float,
+        default=None,
+        help="documents for test: the numbers reported (default: as many as validation; 0: none)",
+    )
     s.add_argument("--text-field", default="text")
     s.add_argument(
         "--doc-separator",

@@ -112,6 +112,7 @@ def plan_from_args(args: argparse.Namespace, data=None):
         extrapolate=args.extrapolate,
         retune=split_arms(args.retune or ""),
         stat=args.stat,
+        tuning_seed=args.tuning_seed,
     )
 
 
@@ -207,6 +208,13 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         help="comma-separated seeds (init and data order); default 5 seeds, what evidence needs (docs/protocol.md); "
         "--seeds 0 for a quick look",
     )
+    s.add_argument(
+        "--tuning-seed",
+        type=_tuning_seed,
+        default=1000,
+        help="the seed the LR sweeps run on, not among --seeds: selection apart from measurement (default 1000; "
+        "'none': the first seed, whose sweep run is also reported, as plans before 2026-11-25 did)",
+    )
     s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
     s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")
     s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
@@ -257,3 +265,13 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--sample-tokens", type=int, default=80, help="tokens per --sample continuation (default 80)")
     s.set_defaults(func=cmd_compare)
     return s
+
+
+def _tuning_seed(text: str) -> int | None:
+    """--tuning-seed: an integer, or "none" for the older design (sweeps on the first reported seed)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed; give an integer or none") from None

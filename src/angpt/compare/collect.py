@@ -55,9 +55,10 @@ def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, d
                 if rec is None:
                     runs.missing.setdefault(b, []).append(s)
                     continue
-                diverged = rec["status"] != "finished" or rec.get("val_loss") is None
-                runs.final[b][s] = math.inf if diverged else float(rec["val_loss"])
-                runs.bpb[b][s] = None if diverged else rec.get("val_bpb")
+                key = "test" if plan.report_split == "test" else "val"  # selection used val; reports use test
+                diverged = rec["status"] != "finished" or rec.get(f"{key}_loss") is None
+                runs.final[b][s] = math.inf if diverged else float(rec[f"{key}_loss"])
+                runs.bpb[b][s] = None if diverged else rec.get(f"{key}_bpb")
                 rows = read_rows(spec.run_dir(plan, report_dir))
                 # Records written before runs carried their health get it from their metrics.
                 runs.health[b][s] = rec if "max_grad_norm" in rec else {**rec, **run_health(rows)}

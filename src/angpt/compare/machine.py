@@ -49,5 +49,8 @@ def dataset_summary(meta: dict | None) -> dict[str, Any]:
         "vocab_size": meta.get("vocab_size"),
         "train_tokens": splits.get("train", {}).get("tokens"),
         "val_tokens": splits.get("val", {}).get("tokens"),
+        "val_documents": splits.get("val", {}).get("documents"),
+        "test_tokens": splits.get("test", {}).get("tokens"),
+        "test_documents": splits.get("test", {}).get("documents"),
         "source": meta.get("source"),
     }

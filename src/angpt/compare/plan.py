@@ -315,6 +315,11 @@ class Plan:
     extrapolate: bool = False
     stat: str = "paired"  # the test that leads the verdict (STATS); both are reported
     data_fingerprint: dict[str, Any] = field(default_factory=dict)
+    # Selection apart from measurement (docs/protocol.md). Sweeps run on `tuning_seed`, which is not among the
+    # reported seeds; losses are reported on `report_split` ("test": documents no choice has seen). Plans written
+    # before these existed (None, "val") swept on their first seed, whose sweep run was also its reported run.
+    tuning_seed: int | None = None
+    report_split: str = "val"
 
     # ------------------------------------------------------------------------------------------- lookups
     def arm(self, label: str) -> Arm:
@@ -332,7 +337,8 @@ class Plan:
 
     @property
     def sweep_seed(self) -> int:
-        return self.seeds[0]
+        """The seed the LR sweeps run on: the tuning seed, or for an older plan its first seed."""
+        return self.tuning_seed if self.tuning_seed is not None else self.seeds[0]
 
     def tunes_at(self, arm: Arm, budget: int) -> bool:
         """Whether `arm` is swept at `budget`: every arm at the smallest budget, a tuned arm at every budget."""
@@ -455,7 +461,7 @@ EXTENDABLE = ("budgets", "seeds", "max_extensions")
 
 # Plan fields that change neither which runs exist nor what they compute: where and how fast runs go, and the
 # analysis of their results.
-NOT_IDENTITY = ("data", "device", "extrapolate", "stat")
+NOT_IDENTITY = ("data", "device", "extrapolate", "stat", "report_split")
 
 
 def dataset_fingerprint(data: str | Path) -> dict[str, Any]:
@@ -503,6 +509,7 @@ def make_plan(
     extrapolate: bool = False,
     retune: list[str] | None = None,
     stat: str = "paired",
+    tuning_seed: int | None = 1000,
 ) -> Plan:
     """Build and validate a :class:`Plan`; every problem is a one-line :class:`UserError` before any run starts.
 
@@ -511,7 +518,10 @@ def make_plan(
     ``1Mi``); each must be a whole number (>= 1) of `batch_tokens` steps. `lr` and `lr_values` are keyed by arm
     label; `settings` are ``model.KEY``/``train.KEY`` overrides applied to every arm. Each label in `retune`
     adds that arm re-tuned (:func:`retuned`: ``LABEL_retuned``). `stat` ("paired" or "welch") is the test that
-    leads the verdicts.
+    leads the verdicts. Learning rates (and tuned settings) are chosen on `tuning_seed` by validation loss; the
+    reported losses are the other seeds' on the test split (the validation split for a dataset without one).
+    `tuning_seed` None is the older design: the sweeps run on the first seed, whose sweep run is also its reported
+    run (how plans written before 2026-11-25 read; kept for them and for tests of the run mechanics).
     """
     from angpt.data import check_compatible, load_meta
     from angpt.models.config import PRESETS
@@ -601,6 +611,13 @@ def make_plan(
     if seqs % mb:
         raise UserError(f"micro_batch {mb} must divide the {seqs} sequences of one step ({bt} tokens / {T})")
 
+    meta = load_meta(data)
+    if tuning_seed is not None and tuning_seed in seeds:
+        raise UserError(
+            f"the tuning seed {tuning_seed} is among the reported seeds {seeds}: selection and measurement must use "
+            "different seeds (docs/protocol.md); pick another --tuning-seed or other --seeds"
+        )
+    test = meta.get("splits", {}).get("test", {})
     plan = Plan(
         data=str(Path(data).resolve()),
         arms=arm_objs,
@@ -622,6 +639,8 @@ def make_plan(
         device=device,
         extrapolate=extrapolate,
         stat=stat,
+        tuning_seed=tuning_seed,
+        report_split="test" if test.get("tokens") else "val",
     )
 
     # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
@@ -629,7 +648,6 @@ def make_plan(
     from angpt.train.config import load_run_config
     from angpt.train.loop import resolve_model_config
 
-    meta = load_meta(data)
     plan.data_fingerprint = dataset_fingerprint(data)
     for arm in arm_objs:
         for setting in arm.settings()[1:]:  # a tuned value the trainer refuses fails here, naming the arm

@@ -108,9 +108,10 @@ def write_plots(
     ax.set_xticklabels([format_tokens(b) for b in plan.budgets], rotation=30, ha="right", fontsize=8)
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("token budget (each a full run with its own schedule)")
-    ax.set_ylabel("final validation loss")
+    reported = "test" if plan.report_split == "test" else "validation"
+    ax.set_ylabel(f"final {reported} loss")
     what = "mean ± std over seeds" if n_seeds > 1 else "one seed"
-    ax.set_title(f"final validation loss vs budget ({what})")
+    ax.set_title(f"final {reported} loss vs budget ({what})")
     ax.grid(alpha=0.3, which="both")
     if plotted:
         ax.legend(fontsize=8)

@@ -101,7 +101,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         f"- model preset {plan.preset}; batch {plan.batch_tokens} tokens = {plan.batch_tokens // plan.seq_len} x "
         f"{plan.seq_len}-token sequences (micro-batch {plan.micro_batch}); "
         f"dtype {mach.get('dtype', plan.dtype)} (parameters fp32); "
-        f"validation: {plan.eval_batches} batches of {plan.micro_batch} sequences",
+        f"evaluation: {plan.eval_batches} batches of {plan.micro_batch} sequences",
+        _selection_line(plan, ds),
         f"- budgets: {', '.join(format_tokens(b) for b in plan.budgets)} tokens (each a full run with its own cosine "
         f"schedule); seeds {', '.join(map(str, plan.seeds))} (same init seed and data order for every arm)",
     ]
@@ -139,7 +140,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     sep = "|---|---|" + "---|" * len(plan.budgets)
     n_seeds = len(plan.seeds)
     spread = "mean ± std over seeds" if n_seeds > 1 else "one seed"
-    lines += ["", f"## Final validation loss (nats/token, {spread})", "", head, sep]
+    reported = "test" if plan.report_split == "test" else "validation"
+    lines += ["", f"## Final {reported} loss (nats/token, {spread})", "", head, sep]
     for label, e in arms.items():
         cells = []
         for r in e["budgets"]:
@@ -148,7 +150,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 c += f" ({r['diverged']} diverged)"
             cells.append(c)
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Validation bits per byte ({spread})", "", head, sep]
+    lines += ["", f"## {reported.capitalize()} bits per byte ({spread})", "", head, sep]
     for label, e in arms.items():
         cells = [_missing(r, n_seeds) or _pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
@@ -370,3 +372,22 @@ def _bf16(mach: dict[str, Any]) -> str:
     return f" (bf16: {', '.join(mach['cpu_bf16_instructions']) or 'no instructions'}" + (
         f", matmuls {speedup}x fp32's)" if speedup else ")"
     )
+
+
+def _selection_line(plan: Plan, ds: dict[str, Any]) -> str:
+    """How selection is kept apart from measurement in this report, and what its evaluation covers."""
+    n = plan.eval_batches * plan.micro_batch * plan.seq_len
+    split = plan.report_split
+    tokens, docs = ds.get(f"{split}_tokens"), ds.get(f"{split}_documents")
+    cover = f"{min(n, tokens):,} of its {tokens:,} tokens" if tokens else f"{n:,} tokens"
+    cover += f" ({docs} documents)" if docs else ""
+    cover += ", windows evenly spaced over the whole split" if tokens and n < tokens else ", the whole split"
+    if plan.tuning_seed is None:
+        how = (
+            f"- selection: learning rates chosen on seed {plan.sweep_seed}, by the validation loss, and that seed's "
+            "sweep run is also reported (the design before 2026-11-25: selection and measurement share a seed)"
+        )
+    else:
+        how = f"- selection: learning rates chosen on tuning seed {plan.tuning_seed} (not reported) by validation loss"
+    where = "the test split" if split == "test" else "the validation split (this dataset has no test split)"
+    return f"{how}; reported losses: seeds {', '.join(map(str, plan.seeds))} on {where}, {cover}"

@@ -109,6 +109,8 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         status="finished",
         val_loss=last["val_loss"],
         val_bpb=last.get("val_bpb"),
+        test_loss=last.get("test_loss"),  # datasets with a test split: the number a report gives
+        test_bpb=last.get("test_bpb"),
         train_loss=last.get("loss"),
         step_time_median=median(step_times),
         dtype=result.dtype,  # what `auto` resolved to in this run: the report checks that every run agrees

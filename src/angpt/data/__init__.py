@@ -19,7 +19,7 @@ from angpt.data.format import (
     read_shard_header,
     write_shard,
 )
-from angpt.data.loader import TokenLoader, check_trainable, iter_eval_batches
+from angpt.data.loader import TokenLoader, check_trainable, eval_windows, iter_eval_batches
 from angpt.data.prepare import prepare_dataset, split_value
 from angpt.data.sources import DEFAULT_DOC_SEPARATOR, list_local_files, list_stdlib_files, open_source
 from angpt.data.tokenizer import Tokenizer, load_tokenizer, make_tokenizer, train_bpe
@@ -35,6 +35,7 @@ __all__ = [
     "check_token_ids",
     "check_trainable",
     "data_identity",
+    "eval_windows",
     "iter_eval_batches",
     "list_local_files",
     "list_stdlib_files",

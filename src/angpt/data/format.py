@@ -50,7 +50,7 @@ FORMAT_VERSION = 1
 HEADER_SIZE = 256
 META_NAME = "meta.json"
 NO_EOS = 0xFFFFFFFF
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")  # val selects (learning rates, settings); test measures what is reported
 
 _HEADER = struct.Struct("<8sIIIIIQ16s")
 _DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}

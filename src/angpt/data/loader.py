@@ -202,12 +202,14 @@ def iter_eval_batches(
     *,
     split: str = "val",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Deterministic evaluation batches ``(x, y)`` over ``split`` in order, the same on every call.
+    """Deterministic evaluation batches ``(x, y)`` over ``split``, the same on every call.
 
-    Windows are taken in order in global batches of ``world_size * batch_size``, rank ``r`` taking slice ``r``.
-    After the full batches comes one smaller batch of ``(remaining // world_size)`` windows per rank, so every
-    rank yields the same number of equally shaped batches and with one rank the whole split is covered (with
-    several, at most ``world_size - 1`` windows are skipped). Weight losses by batch size when averaging.
+    The windows evaluated are the whole split, in order, or, when ``max_batches`` global batches hold fewer, that
+    many windows evenly spaced over the whole split (so every part of it, every document's neighbourhood, is in
+    the sample, not only its first documents). They come in global batches of ``world_size * batch_size``, rank
+    ``r`` taking slice ``r``; after the full batches comes one smaller batch of ``(remaining // world_size)``
+    windows per rank, so every rank yields the same number of equally shaped batches (with several ranks at most
+    ``world_size - 1`` windows are skipped). Weight losses by batch size when averaging.
     """
     _check_ranks(batch_size, rank, world_size)
     windows = _Windows(data_dir, split, seq_len)
@@ -216,15 +218,24 @@ def iter_eval_batches(
             f"the {split} split of {data_dir} has {windows.count} window(s) of seq_len+1={seq_len + 1} tokens, "
             f"fewer than world_size={world_size}; use a shorter seq_len, fewer ranks or more {split} data"
         )
-    pos, produced = 0, 0
-    while pos < windows.count and (max_batches is None or produced < max_batches):
-        per_rank = min(batch_size, (windows.count - pos) // world_size)
+    chosen = eval_windows(windows.count, batch_size * world_size, max_batches)
+    pos = 0
+    while pos < chosen.size:
+        per_rank = min(batch_size, (chosen.size - pos) // world_size)
         if per_rank == 0:
             return
         start = pos + rank * per_rank
-        yield windows.gather(np.arange(start, start + per_rank))
+        yield windows.gather(chosen[start : start + per_rank])
         pos += per_rank * world_size
-        produced += 1
+
+
+def eval_windows(count: int, global_batch: int, max_batches: int | None) -> np.ndarray:
+    """The indices of the windows an evaluation covers: all `count`, or `max_batches * global_batch` of them
+    evenly spaced over the split when that is fewer."""
+    n = count if max_batches is None else min(count, max_batches * global_batch)
+    if n == count:
+        return np.arange(count)
+    return np.unique(np.linspace(0, count - 1, n).round().astype(np.int64))
 
 
 def _check_ranks(batch_size: int, rank: int, world_size: int) -> None:

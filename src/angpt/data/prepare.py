@@ -56,6 +56,7 @@ def prepare_dataset(
     out_dir: str | os.PathLike,
     *,
     val_fraction: float = 0.005,
+    test_fraction: float | None = None,
     max_tokens: int | None = None,
     text_field: str = "text",
     workers: int | None = None,
@@ -74,6 +75,8 @@ def prepare_dataset(
         out_dir: the dataset folder: new, empty, or already holding this same dataset.
         val_fraction: share of documents (by hash of their text) put in the val split; if none lands there and
             there are at least two documents, the train document with the smallest hash is moved to val.
+        test_fraction: share put in the test split, next in hash order (None: as many as val). Validation is for
+            selection (learning rates, settings), test for the numbers reported (docs/protocol.md); 0: no test split.
         max_tokens: stop after this many tokens in total (the last document is cut to fit).
         text_field: the field/column holding the text in ``.jsonl``, ``.parquet`` and ``hf:`` sources.
         workers: ``1`` tokenizes serially; ``None`` or more uses the ``tokenizers`` thread pool (sized by
@@ -103,12 +106,18 @@ def prepare_dataset(
     """
     spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
     parse_tokenizer_spec(spec)
+    given_test = test_fraction is not None
+    if test_fraction is None:  # as many documents as validation, while both leave training the larger share
+        test_fraction = val_fraction if 2 * val_fraction < 1 else 0.0
     _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
+    if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
+        raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.005")
     src = open_source(source, text_field, doc_separator)
     options = {
         "source": src.name,
         "tokenizer": spec,
         "val_fraction": float(val_fraction),
+        "test_fraction": float(test_fraction),
         "max_tokens": max_tokens,
         "text_field": text_field,
         "seed": int(seed),
@@ -117,7 +126,7 @@ def prepare_dataset(
         "doc_separator": src.doc_separator,
     }
     out_dir = Path(out_dir).expanduser().absolute()
-    existing = _existing_dataset(out_dir, options)
+    existing = _existing_dataset(out_dir, options, lenient=() if given_test else ("test_fraction",))
     if existing is not None:
         return existing
 
@@ -151,17 +160,20 @@ MIN_VAL_TOKENS, MIN_VAL_DOCUMENTS = 50_000, 20
 
 
 def split_warnings(meta: dict) -> list[str]:
-    """What a user should know about a dataset's validation split before training on it."""
-    val = meta.get("splits", {}).get("val", {})
-    tokens, docs = val.get("tokens", 0), val.get("documents", 0)
-    vf = meta.get("val_fraction", meta.get("options", {}).get("val_fraction"))
-    if not vf or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
-        return []  # a train-only dataset (val_fraction 0) was asked for
-    return [
-        f"the validation split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
-        f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise --val-fraction "
-        f"(now {vf}) or add documents"
-    ]
+    """What a user should know about a dataset's validation and test splits before training on it."""
+    out = []
+    for split, name, flag in (("val", "validation", "val"), ("test", "test", "test")):
+        held = meta.get("splits", {}).get(split, {})
+        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
+        fraction = meta.get(f"{flag}_fraction", meta.get("options", {}).get(f"{flag}_fraction"))
+        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
+            continue  # none asked for (a fraction of 0), or enough
+        out.append(
+            f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
+            f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
+            f"--{flag}-fraction (now {fraction}) or add documents"
+        )
+    return out
 
 
 def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers) -> None:
@@ -175,12 +187,14 @@ def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers)
             raise DataError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _existing_dataset(out_dir: Path, options: dict) -> dict | None:
-    """The meta of a finished identical dataset in ``out_dir``; None if the folder is free; else DataError."""
+def _existing_dataset(out_dir: Path, options: dict, lenient: tuple[str, ...] = ()) -> dict | None:
+    """The meta of a finished identical dataset in ``out_dir``; None if the folder is free; else DataError.
+    Options in `lenient` that the existing dataset predates (absent from its meta) are not compared: a dataset
+    prepared before test splits existed is reused as it is when no test fraction is asked for explicitly."""
     if (out_dir / META_NAME).is_file():
         meta = load_meta(out_dir)
         old = meta.get("options", {})
-        diff = [k for k in options if old.get(k) != options[k]]
+        diff = [k for k in options if old.get(k) != options[k] and not (k in lenient and k not in old)]
         if diff:
             what = ", ".join(f"{k}={old.get(k)!r} (now {options[k]!r})" for k in diff)
             raise DataError(f"{out_dir} already holds a dataset prepared with {what}; use another out_dir or delete it")
@@ -235,7 +249,7 @@ def _train_texts(src: Source, options: dict) -> Iterator[list[str]]:
         batch = []
         for doc in chunk:
             raw = doc.encode("utf-8")
-            if split_value(raw, options["seed"]) >= options["val_fraction"]:
+            if split_value(raw, options["seed"]) >= options["val_fraction"] + options["test_fraction"]:
                 batch.append(doc)
                 used += len(raw)
                 if used >= cap:
@@ -259,21 +273,23 @@ def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, 
     tok.save(out)
 
     kw = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer_hash": tok.hash}
-    writers = {s: ShardWriter(out, s, shard_tokens=options["shard_tokens"], **kw) for s in SPLITS}
-    stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
+    splits = SPLITS if options["test_fraction"] > 0 else tuple(s for s in SPLITS if s != "test")
+    writers = {s: ShardWriter(out, s, shard_tokens=options["shard_tokens"], **kw) for s in splits}
+    stats = {s: {"documents": 0, "bytes": 0} for s in splits}
     eos = np.array([tok.eos_id], dtype=np.int64)
     max_tokens, val_fraction, seed = options["max_tokens"], options["val_fraction"], options["seed"]
+    held_out = val_fraction + options["test_fraction"]  # [0, vf): val; [vf, vf + tf): test; the rest: train
     total = 0
     best = None  # (hash value, start, length, bytes) of the train doc nearest to val, for the fallback below
     bar = tqdm(total=max_tokens, unit="tok", unit_scale=True, desc="tokenizing", disable=not progress)
     try:
         for chunk in _chunks(src):
-            parts = {s: [] for s in SPLITS}
+            parts = {s: [] for s in splits}
             offset = writers["train"].tokens
             for text, ids in zip(chunk, tok.encode_batch(chunk, parallel=parallel)):
                 raw = text.encode("utf-8")
                 u = split_value(raw, seed)
-                split = "val" if u < val_fraction else "train"
+                split = "val" if u < val_fraction else ("test" if u < held_out else "train")
                 ids = np.concatenate([ids, eos])
                 nbytes = len(raw)
                 if max_tokens is not None and total + ids.size > max_tokens:
@@ -289,10 +305,10 @@ def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, 
                 total += ids.size
                 if max_tokens is not None and total >= max_tokens:
                     break
-            for s in SPLITS:
+            for s in splits:
                 if parts[s]:
                     writers[s].write(np.concatenate(parts[s]))
-            bar.update(sum(p.size for s in SPLITS for p in parts[s]))
+            bar.update(sum(p.size for s in splits for p in parts[s]))
             if max_tokens is not None and total >= max_tokens:
                 break
         writers["train"].close()
@@ -302,7 +318,9 @@ def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, 
                 stats["train"][key] -= value
                 stats["val"][key] += value
         writers["val"].close()
-        for s in SPLITS:
+        if "test" in writers:
+            writers["test"].close()
+        for s in splits:
             for shard in writers[s].shards:  # the whole file, after any rewrite by _move_to_val
                 shard["sha256"] = file_sha256(out / shard["file"], cached=False)
     except BaseException:
@@ -384,7 +402,7 @@ def _angpt_version() -> str:
 
 def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, seconds: float) -> dict:
     splits = {}
-    for s in SPLITS:
+    for s in (s for s in SPLITS if s in writers):
         tokens = writers[s].tokens
         splits[s] = {
             "shards": writers[s].shards,
@@ -418,6 +436,7 @@ def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, se
         "eos_id": tok.eos_id,
         "dtype": dtype_for_vocab(tok.vocab_size).name,
         "val_fraction": options["val_fraction"],
+        "test_fraction": options["test_fraction"],
         "seed": options["seed"],
         "max_tokens": options["max_tokens"],
         "capped": capped,  # max_tokens was reached (the source may hold more)

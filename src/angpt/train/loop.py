@@ -70,6 +70,7 @@ class TrainResult:
     dtype: str | None = None  # the compute dtype actually used ("bf16" or "fp32", never "auto")
     best: Path | None = None  # checkpoints/best: the weights of the lowest validation loss (train.keep_best)
     best_val_loss: float | None = None
+    test_loss: float | None = None  # on the test split, at the last step (datasets with one)
 
 
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
@@ -201,6 +202,8 @@ class Trainer:
         self.loader = TokenLoader(
             cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed
         )
+        test = self.meta.get("splits", {}).get("test", {})
+        self.has_test = test.get("tokens", 0) > self.T * info.world_size  # a test split with a window per rank
         self.step, self.tokens = 0, 0
         self.best_val, self.best_step = math.inf, None  # train.keep_best: carried in every checkpoint's state
         self.watch = self._residual_watch()
@@ -347,8 +350,9 @@ class Trainer:
             os.replace(tmp, path)
 
     # ------------------------------------------------------------------------------------------------ pieces
-    def evaluate(self) -> tuple[float, float | None]:
-        """Validation loss (nats per token, mean over ranks) and bits per byte."""
+    def evaluate(self, split: str = "val") -> tuple[float, float | None]:
+        """Loss on a held-out split (nats per token, mean over ranks) and bits per byte: "val" (selection) or
+        "test" (the numbers reported), over `train.eval_batches` batches spread over the split."""
         from angpt.data import iter_eval_batches
 
         info, tc = self.info, self.tc
@@ -362,13 +366,18 @@ class Trainer:
                 max_batches=tc.eval_batches,
                 rank=info.rank,
                 world_size=info.world_size,
+                split=split,
             ):
                 _, loss = self.model(x.to(info.device), y.to(info.device))
                 total += loss.float() * x.shape[0]  # a smaller last batch weighs by its size
                 n += x.shape[0]
         self.model.train()
         val = all_reduce_mean(total / max(n, 1), self.info).item()
-        bpt = self.meta.get("bytes_per_token") or _bytes_per_token(self.meta)
+        bpt = (
+            _bytes_per_token(self.meta, split)
+            if split != "val"
+            else (self.meta.get("bytes_per_token") or _bytes_per_token(self.meta))
+        )
         return val, bits_per_byte(val, bpt)
 
     def _side_batches(self, n: int) -> list[torch.Tensor]:
@@ -468,6 +477,7 @@ class Trainer:
         peak = peak_flops(info.device, tc.peak_flops, self.dtype)
         last_ckpt = self.resume_from
         status, loss_value, val_loss, val_bpb = "finished", None, None, None
+        test_loss = None
         step_times: list[float] = []
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
@@ -543,6 +553,11 @@ class Trainer:
                     row["val_loss"] = val_loss
                     if val_bpb is not None:
                         row["val_bpb"] = val_bpb
+                    if last and self.has_test:  # the reported number, once, on data no choice has seen
+                        test_loss, test_bpb = self.evaluate("test")
+                        row["test_loss"] = test_loss
+                        if test_bpb is not None:
+                            row["test_bpb"] = test_bpb
                     if info.is_main and not info.enabled:
                         row.update(self.health())
                 if self.evaluators and tc.eval_tasks_every and (self.step % tc.eval_tasks_every == 0 or last):
@@ -589,6 +604,7 @@ class Trainer:
             final_loss=loss_value,
             val_loss=val_loss,
             val_bpb=val_bpb,
+            test_loss=test_loss,
             checkpoint=last_ckpt,
             tokens=self.tokens,
             step_time_median=times[len(times) // 2] if times else None,
@@ -630,10 +646,10 @@ class SpikeDetector:
         return False
 
 
-def _bytes_per_token(meta: dict) -> float | None:
-    val = meta.get("splits", {}).get("val", {})
-    if val.get("bytes") and val.get("tokens"):
-        return val["bytes"] / val["tokens"]
+def _bytes_per_token(meta: dict, split: str = "val") -> float | None:
+    held = meta.get("splits", {}).get(split, {})
+    if held.get("bytes") and held.get("tokens"):
+        return held["bytes"] / held["tokens"]
     return None
 
 

@@ -1,0 +1,99 @@
+"""Selection apart from measurement (issue 25; docs/protocol.md): three document-level splits, evaluation windows
+spread over a whole split, learning rates chosen on a tuning seed by validation loss, and reported numbers from the
+other seeds on the test split."""
+
+import json
+
+import numpy as np
+import pytest
+
+from angpt.compare import make_plan, run_comparison
+from angpt.data import eval_windows, prepare_dataset
+from angpt.errors import UserError
+
+from .test_compare import TINY
+from .test_data import decode_docs, make_docs, write_source
+
+
+@pytest.fixture(scope="module")
+def three_splits(tmp_path_factory):
+    """A byte dataset with train, validation and test documents (20% each held out)."""
+    root = tmp_path_factory.mktemp("three")
+    src = write_source("jsonl", root / "src", make_docs(120, words=200))
+    prepare_dataset(src, "bytes", root / "data", val_fraction=0.2, progress=False)
+    return root / "data"
+
+
+def test_evaluation_windows_spread_over_the_whole_split():
+    assert np.array_equal(eval_windows(10, 4, None), np.arange(10))  # no limit: everything, in order
+    assert np.array_equal(eval_windows(10, 4, 5), np.arange(10))  # a limit above the split: everything
+    picked = eval_windows(1000, 8, 2)  # 16 of 1000
+    assert picked.size == 16 and picked[0] == 0 and picked[-1] == 999  # from the first window to the last
+    gaps = np.diff(picked)
+    assert gaps.min() >= 66 and gaps.max() <= 67  # evenly spaced, not the first 16
+
+
+def test_the_trainer_reports_the_test_loss_once_at_the_end(three_splits, tmp_path):
+    from .test_train import TINY as TRAIN
+    from .test_train import metrics, run_cli
+
+    out = tmp_path / "run"
+    assert run_cli("--arch", "gpt+", "--data", three_splits, *TRAIN, "--out", out, "--train.max_steps", "3",
+                   "--train.eval_every", "1") == 0  # fmt: skip
+    rows = metrics(out)
+    assert [r["step"] for r in rows if "val_loss" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows if "test_loss" in r] == [3]  # measured once, after every choice is made
+    assert rows[-1]["test_loss"] != rows[-1]["val_loss"]
+
+
+def test_a_comparison_selects_on_the_tuning_seed_and_reports_the_test_split(three_splits, tmp_path):
+    plan = make_plan(
+        three_splits,
+        **{**TINY, "tuning_seed": 1000, "budgets": [2048]},
+        arms=["gpt+", "angpt"],
+        seeds=[0, 1],
+        lr_grid=[1, 2],
+        max_extensions=0,
+    )
+    assert plan.report_split == "test" and plan.sweep_seed == 1000
+    report = run_comparison(plan, tmp_path / "cmp", jobs=1, threads=1, progress=False)
+    trained = {(s.arm, s.seed) for s in report.trained}
+    sweep = [s for s in report.trained if s.seed == 1000]
+    assert len(sweep) == 4 and {s.seed for s in report.trained} == {0, 1, 1000}  # 2 arms x 2 LRs, then the seeds
+    assert {(a, s) for a in ("gpt+", "angpt") for s in (0, 1)} <= trained
+    data = json.loads((tmp_path / "cmp" / "report.json").read_text())
+    for arm in ("gpt+", "angpt"):
+        row = data["arms"][arm]["budgets"][0]
+        assert set(row["val_loss"]) == {"0", "1"}  # the tuning seed is not among the reported losses
+        for seed in (0, 1):
+            (run,) = (tmp_path / "cmp" / "runs" / plan.arm(arm).slug / "2048" / f"seed{seed}").iterdir()
+            rec = json.loads((run / "result.json").read_text())
+            assert row["val_loss"][str(seed)] == rec["test_loss"] != rec["val_loss"]  # reported: the test split
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "chosen on tuning seed 1000 (not reported) by validation loss" in md
+    assert "reported losses: seeds 0, 1 on the test split" in md and "## Final test loss" in md
+
+
+def test_the_tuning_seed_cannot_be_a_reported_one(three_splits):
+    with pytest.raises(UserError, match="tuning seed 1 is among the reported seeds"):
+        make_plan(three_splits, **{**TINY, "tuning_seed": 1}, arms=["gpt+"], seeds=[0, 1])
+
+
+def test_an_older_dataset_without_a_test_split_reports_on_validation_and_says_so(data_dir, tmp_path):
+    plan = make_plan(data_dir, **{**TINY, "tuning_seed": 1000}, arms=["gpt+"], seeds=[0])
+    assert plan.report_split in ("val", "test")
+    if plan.report_split == "val":  # the shared fixture predates test splits
+        from angpt.compare.render import _selection_line
+
+        assert "validation split (this dataset has no test split)" in _selection_line(plan, {})
+
+
+def test_prepare_holds_out_as_many_test_documents_as_validation_ones(tmp_path):
+    docs = make_docs(300)
+    src = write_source("jsonl", tmp_path / "src", docs)
+    meta = prepare_dataset(src, "bytes", tmp_path / "d", val_fraction=0.1, progress=False)
+    val, test = decode_docs(tmp_path / "d", "val"), decode_docs(tmp_path / "d", "test")
+    assert 0.5 < len(test) / len(val) < 2 and not set(val) & set(test)
+    assert meta["test_fraction"] == 0.1
+    none = prepare_dataset(src, "bytes", tmp_path / "e", val_fraction=0.1, test_fraction=0, progress=False)
+    assert "test" not in none["splits"]
