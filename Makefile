@@ -24,12 +24,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The main job: GPT+ and anGPT side by side, 1,000 optimizer steps each (1M tokens, a 4-layer d=128 model), both
 # trained at once on two cores (~6 min on a quiet 2-core machine after the install; benchmarks/RESULTS.md). One seed
-# at the recipes' learning rates: a demonstration that both learn, not evidence (see benchmarks/ for that).
+# at the recipes' learning rates: a demonstration that both learn, not evidence (see benchmarks/ for that). One
+# learning rate, so nothing is selected: --tuning-seed none trains each arm once instead of twice.
 # The report ends with the loss curves, the difference and a text sample from each model. Re-running resumes.
 demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
 	$(BIN)/angpt compare --data $(DATA) --out $(OUT) --arms gpt+,angpt --baseline gpt+ \
-		--budgets 1000Ki --seeds 0 --lr-grid 1 --preset demo \
+		--budgets 1000Ki --seeds 0 --lr-grid 1 --tuning-seed none --preset demo \
 		--set model.d_model=128 model.n_layers=4 model.n_heads=2 model.context_length=128 \
 		--batch-tokens 1024 --seq-len 128 --micro-batch 8 --eval-batches 16 --eval-points 20 \
 		--jobs 2 --threads 1 --sample "def main(" --sample-tokens 80
