@@ -55,7 +55,7 @@ def value_of(figure: dict) -> float:
     return figure.get("scale", 1.0) * v
 
 
-NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def number(shown: str) -> float:
