@@ -50,14 +50,19 @@ def test_resume_with_another_model_names_the_differing_field(stopped_run, capsys
 
 
 # --------------------------------------------------------------------------------- a small corpus of one's own
-def test_prepare_warns_when_the_validation_split_is_too_small(tmp_path, capsys):
+def prepare_docs(tmp_path, n, words, name, val_fraction):
+    """n text files of a repeated phrase, prepared as bytes with `val_fraction`."""
     from angpt.data import prepare_dataset
 
     docs = tmp_path / "docs"
     docs.mkdir()
-    for i in range(40):
-        (docs / f"{i}.txt").write_text(f"document {i}: " + "some words of text " * 50)
-    prepare_dataset(docs, "bytes", tmp_path / "small", val_fraction=0.1, progress=False)
+    for i in range(n):
+        (docs / f"{i}.txt").write_text(f"document {i}: " + "some words of text " * words)
+    return prepare_dataset(docs, "bytes", tmp_path / name, val_fraction=val_fraction, progress=False)
+
+
+def test_prepare_warns_when_the_validation_split_is_too_small(tmp_path, capsys):
+    prepare_docs(tmp_path, 40, 50, "small", 0.1)
     err = capsys.readouterr().err
     assert "warning: the validation split holds" in err and "tokens in" in err and "--val-fraction (now 0.1)" in err
     n_tokens = int(err.split("holds ")[1].split(" tokens")[0].replace(",", ""))
@@ -65,13 +70,7 @@ def test_prepare_warns_when_the_validation_split_is_too_small(tmp_path, capsys):
 
 
 def test_prepare_does_not_warn_about_a_large_validation_split(tmp_path, capsys):
-    from angpt.data import prepare_dataset
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for i in range(200):
-        (docs / f"{i}.txt").write_text(f"document {i}: " + "some words of text " * 120)
-    prepare_dataset(docs, "bytes", tmp_path / "big", val_fraction=0.3, progress=False)
+    prepare_docs(tmp_path, 200, 120, "big", 0.3)
     assert "validation split" not in capsys.readouterr().err
 
 

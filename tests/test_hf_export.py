@@ -25,17 +25,18 @@ TEXT = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def trained(arch, tok, steps=20, **overrides):
-    """A tiny model after a few Adam steps: gains, scales and alphas are no longer at their initial values."""
+def trained(arch, tok, steps=20, text=TEXT * 4, window=32, **overrides):
+    """A tiny model after a few Adam steps on `text` (windows of `window` tokens): gains, scales and alphas are no
+    longer at their initial values, and greedy decoding has clear winners rather than ties."""
     torch.manual_seed(0)
     model = angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size, **overrides)
     opt, _ = angpt.make_optimizer(model, lr=1e-2, max_steps=steps)
     angpt.attach_constraints(model, opt)
-    data = torch.tensor(tok.encode(TEXT * 4))
+    data = torch.tensor(tok.encode(text))
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
-        starts = torch.randint(0, len(data) - 33, (8,), generator=gen)
-        batch = torch.stack([data[s : s + 33] for s in starts])
+        starts = torch.randint(0, len(data) - window - 1, (8,), generator=gen)
+        batch = torch.stack([data[s : s + window + 1] for s in starts])
         model(batch[:, :-1], batch[:, 1:])[1].backward()
         opt.step()
         opt.zero_grad()

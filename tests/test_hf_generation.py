@@ -15,6 +15,8 @@ from angpt.hf.export import export_hf
 from angpt.infer import generate
 from angpt.models import registry
 
+from . import test_hf_export as export_tests
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXT = (
@@ -29,21 +31,9 @@ CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ 
 EXPORTABLE = [a for a in registry.ARCHITECTURES if a != "gpt+cos"]  # gpt+cos has no transformers form (see below)
 
 
-def trained(arch, tok, steps=30):
-    """A tiny model after a few Adam steps on TEXT (so greedy decoding has clear winners, not ties at init)."""
-    torch.manual_seed(0)
-    model = angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size, context_length=CONTEXT)
-    opt, _ = angpt.make_optimizer(model, lr=1e-2, max_steps=steps)
-    angpt.attach_constraints(model, opt)
-    data = torch.tensor(tok.encode(TEXT * 8))
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        starts = torch.randint(0, len(data) - 65, (8,), generator=gen)
-        batch = torch.stack([data[s : s + 65] for s in starts])
-        model(batch[:, :-1], batch[:, 1:])[1].backward()
-        opt.step()
-        opt.zero_grad()
-    return model.eval()
+def trained(arch, tok):
+    """A tiny model after 30 Adam steps on TEXT, at a context that holds the long prompts and 80 new tokens."""
+    return export_tests.trained(arch, tok, steps=30, text=TEXT * 8, window=64, context_length=CONTEXT)
 
 
 @pytest.fixture(scope="module")
