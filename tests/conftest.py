@@ -7,9 +7,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Machine measurements (the CPU's bf16 speed) go to a folder of this test session, not the user's cache.
 if "ANGPT_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["ANGPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="angpt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ANGPT_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
