@@ -346,7 +346,13 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
 
     wsd = {"train.schedule": "wsd", "train.decay_fraction": 0.2, "train.decay_shape": "linear"}
     plan = make_plan(
-        data_dir, arms=["gpt+[train.warmup_steps=1]"], budgets=[1024, 2048, 4096], seeds=[0, 1], settings=wsd, **TINY
+        data_dir,
+        arms=["gpt+[train.warmup_steps=1]"],
+        budgets=[1024, 2048, 4096],
+        seeds=[0, 1],
+        settings=wsd,
+        tuning_seed=None,
+        **TINY,
     )
     steps = []
     real = TrainStep.accumulate

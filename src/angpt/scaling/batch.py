@@ -91,7 +91,7 @@ class BatchStudy:
                 batch_tokens=batch,
                 settings=settings,
                 device=self.device,
-                **options,
+                **{"tuning_seed": None, **options},  # as a ladder: the sweeps are the data (scaling/plan.py)
             )
         except UserError as e:
             raise type(e)(f"batch {format_tokens(batch)}: {e}") from e

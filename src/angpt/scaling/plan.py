@@ -134,7 +134,9 @@ class Ladder:
             settings=self._settings_at(size),
             lr_values=lr_values,
             device=self.device,
-            **options,
+            # a ladder's sweeps are its data (each size's best run is its point): it keeps the older design, one
+            # seed that selects and is reported (docs/scaling.md)
+            **{"tuning_seed": None, **options},
         )
 
     def check_plan(self) -> Plan:
