@@ -66,6 +66,28 @@ def test_fit_recovers_a_known_law_and_the_bootstrap_covers_it():
     assert [x.alpha for x in again.laws] == [x.alpha for x in boot.laws[:5]]
 
 
+def test_the_report_bootstraps_from_grid_starts_not_from_the_full_data_fit(monkeypatch):
+    """Refits that start at the full-data fit stay near it where the data pin nothing down: the report's
+    bootstrap searches every refit from the grid, as the fit itself does (issue 25)."""
+    from angpt.scaling import analyse, fit
+
+    seen = []
+    original = fit.fit_law
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs.get("starts"), list(kwargs.get("extra_starts", ()))))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fit, "fit_law", recording)
+    N, D, L = grid_5x4(TRUE, noise=0.002, seed=1)
+    boot = fit.bootstrap_fit(N, D, L, n=3, seed=0)
+    assert len(boot.laws) + boot.failed == 3 and seen == [(8, [])] * 3
+    calls = []
+    monkeypatch.setattr(analyse, "bootstrap_fit", lambda *a, **k: calls.append(k) or fit.Bootstrap([], 0, 1, 0))
+    analyse._fit_into({}, N, D, L, bootstrap=1, seed=0, with_e=True)  # what the report runs per arm
+    assert calls and "start" not in calls[0]
+
+
 def test_objective_gradient_matches_finite_differences():
     from scipy.optimize import check_grad
 

@@ -89,7 +89,7 @@ def _fit_into(
     entry["point"] = {**law.to_dict(), **{k: f(law) for k, f in DERIVED.items()}, "G": law.G}
     boot = None
     if bootstrap > 0:
-        boot = bootstrap_fit(N, D, L, n=bootstrap, seed=seed, start=law, with_e=with_e)
+        boot = bootstrap_fit(N, D, L, n=bootstrap, seed=seed, with_e=with_e)  # from grid starts, as the fit
         getters = {**{k: (lambda law, k=k: getattr(law, k)) for k in PARAMS}, **DERIVED}
         entry["intervals"] = {k: boot.interval(f) for k, f in getters.items()}
         entry["bootstrap"] = {"n": boot.n, "failed": boot.failed, "seed": boot.seed, "level": 0.95}
