@@ -97,3 +97,65 @@ def test_prepare_holds_out_as_many_test_documents_as_validation_ones(tmp_path):
     assert meta["test_fraction"] == 0.1
     none = prepare_dataset(src, "bytes", tmp_path / "e", val_fraction=0.1, test_fraction=0, progress=False)
     assert "test" not in none["splits"]
+
+
+def _sweep(grid, best):
+    from angpt.compare.sweep import SweepResult
+
+    return SweepResult("a", 2048, grid, {(lr, ()): 1.0 for lr in grid}, (best, ()), 0, False, False)
+
+
+def test_the_lr_check_confirms_flags_or_waits(three_splits):
+    from angpt.compare.store import RunSpec
+    from angpt.compare.sweep import check_specs, lr_check
+
+    plan = make_plan(
+        three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 8192]}, arms=["gpt+"], seeds=[0],
+        lr_grid=[0.5, 1, 2],
+    )  # fmt: skip
+    grid = plan.initial_grid(plan.arms[0])
+    sweeps = {"gpt+": {2048: _sweep(grid, grid[1])}}
+    specs = check_specs(plan, sweeps)
+    assert [(s.budget, s.seed, s.lr) for s in specs] == [(8192, 1000, lr) for lr in grid]  # chosen and neighbours
+
+    def known(losses):
+        return lambda spec: (
+            {"status": "finished", "val_loss": losses[spec.lr]} if spec.lr in losses and spec.budget == 8192 else None
+        )
+
+    ok = lr_check(plan, sweeps, "gpt+", known({grid[0]: 2.1, grid[1]: 2.0, grid[2]: 2.05}))
+    assert ok["status"] == "confirmed" and ok["best_lr"] == grid[1] and ok["gap"] is None
+    bad = lr_check(plan, sweeps, "gpt+", known({grid[0]: 2.1, grid[1]: 2.0, grid[2]: 1.9}))
+    assert bad["status"] == "flagged" and bad["best_lr"] == grid[2] and bad["gap"] == pytest.approx(0.1)
+    assert lr_check(plan, sweeps, "gpt+", known({grid[0]: 2.1, grid[1]: 2.0}))["status"] == "pending"
+    # A chosen LR at the grid's edge is checked against the next grid step beyond it.
+    edge = check_specs(plan, {"gpt+": {2048: _sweep(grid, grid[-1])}})
+    assert [s.lr for s in edge] == [grid[1], grid[2], pytest.approx(grid[2] * 2)]
+    low = check_specs(plan, {"gpt+": {2048: _sweep(grid, grid[0])}})
+    assert [s.lr for s in low] == [pytest.approx(grid[0] / 2), grid[0], grid[1]]
+    # Plans without a tuning seed (the older design, scaling ladders) and one-budget plans check nothing.
+    legacy = make_plan(three_splits, **{**TINY, "tuning_seed": None, "budgets": [2048, 8192]}, arms=["gpt+"], seeds=[0])
+    one = make_plan(three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048]}, arms=["gpt+"], seeds=[0])
+    for p in (legacy, one):
+        assert check_specs(p, {"gpt+": {2048: _sweep(grid, grid[1])}}) == []
+    assert RunSpec("gpt+", 8192, 1000, grid[1]) in specs
+
+
+def test_a_comparison_checks_the_chosen_lr_at_its_largest_budget(three_splits, tmp_path):
+    from angpt.compare import rewrite_report
+
+    plan = make_plan(
+        three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 4096]}, arms=["gpt+"], seeds=[0],
+        lr_grid=[1, 2], max_extensions=0,
+    )  # fmt: skip
+    report = run_comparison(plan, tmp_path / "cmp", jobs=1, threads=1, progress=False)
+    chk = report.data["arms"]["gpt+"]["lr_check"]
+    checked = sorted(s.lr for s in report.trained if s.budget == 4096 and s.seed == 1000)
+    assert checked == sorted(r["lr"] for r in chk["rows"]) and len(checked) == 3
+    assert chk["status"] in ("confirmed", "flagged") and all(r["val_loss"] is not None for r in chk["rows"])
+    losses = {r["lr"]: r["val_loss"] for r in chk["rows"]}
+    assert (chk["status"] == "confirmed") == (min(losses, key=losses.get) == chk["chosen_lr"])
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "## LR check at 4Ki (seed 1000)" in md
+    again = rewrite_report(tmp_path / "cmp")  # from the store alone, as --report-only and partial reports do
+    assert again.data["arms"]["gpt+"]["lr_check"] == chk and again.data["partial"] is None

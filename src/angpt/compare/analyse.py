@@ -406,6 +406,17 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[
                 )
             if sw["best_lr"] is None:
                 out.append(f"{label}: every LR of its sweep{where} diverged.")
+        chk = e.get("lr_check")
+        if chk is not None and chk["status"] == "flagged":
+            better = format_lr(chk["best_lr"]) if chk["best_lr"] is not None else "none (all diverged)"
+            gap = f", {chk['gap']:.4f} nats lower" if chk["gap"] is not None else ""
+            out.append(
+                f"{label}: its LR {format_lr(chk['chosen_lr'])}, chosen at {format_tokens(plan.sweep_budget)}, is not "
+                f"the best of its grid neighbours at {format_tokens(chk['budget'])} on tuning seed {chk['seed']} "
+                f"(best: {better}{gap}): its numbers at the larger budgets may not be its best."
+            )
+        elif chk is not None and chk["status"] == "pending":
+            out.append(f"{label}: the LR check at {format_tokens(chk['budget'])} has not finished.")
         div = sum(r["diverged"] for r in e["budgets"])
         if div:
             out.append(f"{label}: {div} run(s) at its chosen LR diverged (counted as not reaching any loss).")

@@ -213,7 +213,8 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         type=_tuning_seed,
         default=1000,
         help="the seed the LR sweeps run on, not among --seeds: selection apart from measurement (default 1000; "
-        "'none': the first seed, whose sweep run is also reported, as plans before 2026-11-25 did)",
+        "'none': the first seed, whose sweep run is also reported, as plans before 2026-11-25 did); with it, each "
+        "chosen LR is also checked at the largest budget against its two grid neighbours (the report's LR check)",
     )
     s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
     s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from angpt.compare.plan import Arm, Plan, format_lr, format_tokens
 from angpt.compare.store import RunSpec, load_record
+from angpt.compare.sweep import checks_lr
 
 
 def plan_device(plan: Plan):
@@ -152,6 +153,12 @@ def describe_dry_run(
                 f"  {a.label:<24} {len(plan.seeds)} seed(s) at its chosen LR"
                 + (" (one is the sweep's best run)" if plan.tunes_at(a, b) else "")
             )
+    checked = [a for a in plan.arms if checks_lr(plan, a)]
+    if checked:
+        lines.append(
+            f"then the LR check: {', '.join(a.label for a in checked)} on seed {plan.sweep_seed} at "
+            f"{format_tokens(plan.budgets[-1])} at the chosen LR and its two grid neighbours"
+        )
     if dr.max_extensions:
         lines.append(f"+ up to {dr.max_extensions} grid extension run(s) if a best LR sits at a grid edge")
     if measure:
@@ -163,6 +170,7 @@ def describe_dry_run(
         seq = sum(est(spec.arm, spec.budget) for spec, is_done in dr.sweep if not is_done)
         # Main runs are counted as not done: their LR is only known once the sweep has finished.
         seq += sum(est(label, b) for label, b, _s in dr.main)
+        seq += sum(3 * est(a.label, plan.budgets[-1]) for a in checked)
         ext = sum(plan.max_extensions * est(a.label, b) for a, b in swept if len(plan.initial_grid(a)) > 1)
         dr.seconds = seq / jobs
         dr.seconds_max = (seq + ext) / jobs

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from angpt.compare.plan import Plan
 from angpt.compare.store import RunSpec, load_record
+from angpt.compare.sweep import checks_lr
 
 
 def token_counts(plan: Plan, report_dir: Path) -> tuple[int, int]:
     """(total, done): the tokens of the whole plan, and of its runs finished in an earlier invocation.
 
-    The total is the sweep grids plus every main run (a sweep's best run doubles as one); grid extensions are
-    added as they happen (:meth:`Progress.add_total`).
+    The total is the sweep grids plus every main run (a sweep's best run doubles as one) plus the LR checks; grid
+    extensions are added as they happen (:meth:`Progress.add_total`).
     """
     total = 0
     for a in plan.arms:
@@ -23,6 +24,8 @@ def token_counts(plan: Plan, report_dir: Path) -> tuple[int, int]:
             total += b * len(plan.seeds)
             if plan.tunes_at(a, b):
                 total += b * (len(plan.initial_grid(a)) * len(a.settings()) - 1)
+        if checks_lr(plan, a):
+            total += 3 * plan.budgets[-1]  # the LR check at the largest budget (sweep.check_specs)
     done = 0
     for rec_path in (report_dir / "runs").glob("*/*/*/*/result.json"):
         budget = int(rec_path.parts[-4])

@@ -295,6 +295,26 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
                 lines.append("| " + " | ".join(cells) + " |")
 
+    checks = {label: e["lr_check"] for label, e in arms.items() if e.get("lr_check")}
+    if checks:
+        first = next(iter(checks.values()))
+        lines += [
+            "",
+            f"## LR check at {format_tokens(first['budget'])} (seed {first['seed']})",
+            "",
+            f"Each LR was chosen at {format_tokens(plan.sweep_budget)}. On the tuning seed at the largest budget, the "
+            "chosen LR and its two grid neighbours: *confirmed* when the chosen one is the best of the three (the "
+            "best LR there lies within one grid step of it), *flagged* when a neighbour is better.",
+            "",
+            "| arm | lr | final val loss | |",
+            "|---|---|---|---|",
+        ]
+        for label, chk in checks.items():
+            for row in chk["rows"]:
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged / not run"
+                best = "best" if row["lr"] == chk["best_lr"] else ""
+                mark = chk["status"] if row["lr"] == chk["chosen_lr"] else best
+                lines.append(f"| {label} | {format_lr(row['lr'])} | {loss} | {mark} |")
     if partial:
         lines += _runs_so_far(plan, partial)
     if plots:

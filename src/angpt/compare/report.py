@@ -15,7 +15,7 @@ from angpt.compare.render import clean_json, render_markdown
 from angpt.compare.samples import render_samples, sample_arms
 from angpt.compare.store import write_json, write_text
 from angpt.compare.stored import Stored, read_store
-from angpt.compare.sweep import Sweeps
+from angpt.compare.sweep import Sweeps, lr_check
 
 
 def write_report(
@@ -47,6 +47,8 @@ def write_report(
 
     runs = collect(plan, report_dir, sweeps, records)
     arms = analyse(plan, runs, sweeps)
+    for label, entry in arms.items():  # before the warnings: a flagged LR check is one
+        entry["lr_check"] = lr_check(plan, sweeps, label, lambda spec: records.get(spec.key()))
     family = correct_for_multiplicity(plan, arms)  # before the verdicts: "established" needs the adjusted p
     try:
         meta = load_meta(plan.data)

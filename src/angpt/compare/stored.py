@@ -14,7 +14,7 @@ from typing import Any
 
 from angpt.compare.plan import Plan
 from angpt.compare.store import PLAN_FILE, RunSpec, load_record
-from angpt.compare.sweep import Sweeps, main_specs, run_sweeps
+from angpt.compare.sweep import Sweeps, check_specs, main_specs, run_sweeps
 from angpt.errors import UserError
 
 
@@ -107,7 +107,8 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
     every run of the plan known so far, sweeps first: each sweep's points (for a sweep still waiting, those it
     has asked for), then every arm x budget x seed main run, at its chosen (LR, setting) or, where the sweep
     deciding it is not settled, with lr None. Status is "finished", "diverged" or "missing"; a sweep's best run
-    doubles as the first seed's main run and is listed once (role "sweep, main").
+    doubles as the first seed's main run and is listed once (role "sweep, main"). The LR check's runs (on the
+    tuning seed at the largest budget, sweep.check_specs) follow, role "lr check".
     """
     report_dir = Path(report_dir)
     plan = plan or load_plan(report_dir)
@@ -126,11 +127,13 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
                 unsettled.setdefault(a.label, []).append(b)
             swept.update(stored_runs.asked)
     main = main_specs(plan, sweeps)
+    checks = check_specs(plan, sweeps)
     rows: dict[RunSpec, dict[str, Any]] = {}
-    for spec in list(swept) + main:
+    for spec in list(swept) + main + checks:
         rec = stored_runs.known(spec)
         status = "missing" if rec is None else ("finished" if _finite_loss(rec) else "diverged")
-        role = rows[spec]["role"] + ", main" if spec in rows else ("sweep" if spec in swept else "main")
+        role = "sweep" if spec in swept else ("main" if spec in main else "lr check")
+        role = rows[spec]["role"] + ", " + role if spec in rows and rows[spec]["role"] != role else role
         rows[spec] = {
             "arm": spec.arm,
             "budget": spec.budget,
@@ -152,7 +155,7 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
                     continue  # that run is one of the waiting sweep's points, listed above
                 row = dict(arm=label, budget=b, seed=s, lr=None, setting={}, role="main", status="missing")
                 listed.append({**row, "val_loss": None})
-    records = {spec.key(): rec for spec in main if (rec := stored_runs.known(spec)) is not None}
+    records = {spec.key(): rec for spec in main + checks if (rec := stored_runs.known(spec)) is not None}
     return Stored(plan=plan, sweeps=sweeps, records=records, runs=listed, unsettled=unsettled)
 
 

@@ -150,6 +150,82 @@ def main_specs(plan: Plan, sweeps: Sweeps, budgets: list[int] | None = None, arm
     return out
 
 
+def checks_lr(plan: Plan, arm: Arm) -> bool:
+    """Whether `arm`'s LR, chosen at a smaller budget than the largest, is checked there (docs/protocol.md):
+    plans with a tuning seed apart from the reported ones, arms swept only at the smallest budget, and a real grid.
+    """
+    return (
+        plan.tuning_seed is not None
+        and len(plan.budgets) > 1
+        and not plan.tunes_at(arm, plan.budgets[-1])
+        and len(plan.initial_grid(arm)) > 1
+    )
+
+
+def check_lrs(sweep: SweepResult) -> list[float]:
+    """The chosen LR and its two neighbours in the sweep's grid (beyond an edge: the next grid step), ascending."""
+    assert sweep.best is not None
+    grid, lr = sweep.grid, sweep.best[0]
+    i = grid.index(lr)
+    lower = grid[i - 1] if i > 0 else Plan.extend(grid, -1)
+    upper = grid[i + 1] if i + 1 < len(grid) else Plan.extend(grid, 1)
+    return [lower, lr, upper]
+
+
+def check_specs(plan: Plan, sweeps: Sweeps) -> list[RunSpec]:
+    """The runs of the LR check: every checked arm with a settled sweep, on the tuning seed at the largest budget,
+    at its chosen LR and the two neighbouring grid LRs."""
+    out = []
+    for a in plan.arms:
+        sw = sweeps.get(a.label, {}).get(plan.sweep_budget)
+        if checks_lr(plan, a) and sw is not None and sw.best is not None:
+            out += [RunSpec(a.label, plan.budgets[-1], plan.sweep_seed, lr) for lr in check_lrs(sw)]
+    return out
+
+
+def lr_check(plan: Plan, sweeps: Sweeps, label: str, known: Callable[[RunSpec], dict | None]) -> dict | None:
+    """Whether the LR chosen at the smallest budget is still the best of itself and its grid neighbours at the
+    largest budget, on the tuning seed (None: the arm is not checked, or its sweep has not settled).
+
+    status "confirmed": it is, so the best LR there lies within one grid step of it; "flagged": a neighbour is
+    better (by `gap` nats), so the best may lie one step or more away; "pending": a check run has not finished.
+    Final validation losses decide, as in the sweep; a diverged run counts as infinitely bad.
+    """
+    arm = plan.arm(label)
+    sw = sweeps.get(label, {}).get(plan.sweep_budget)
+    if not checks_lr(plan, arm) or sw is None or sw.best is None:
+        return None
+    b, chosen_lr = plan.budgets[-1], sw.best[0]
+    losses: dict[float, float | None] = {}
+    pending = False
+    for lr in check_lrs(sw):
+        rec = known(RunSpec(label, b, plan.sweep_seed, lr))
+        pending |= rec is None
+        v = _loss(rec)
+        losses[lr] = v if math.isfinite(v) else None
+    out: dict[str, Any] = {
+        "budget": b,
+        "seed": plan.sweep_seed,
+        "chosen_lr": chosen_lr,
+        "rows": [{"lr": lr, "val_loss": v} for lr, v in losses.items()],
+        "best_lr": None,
+        "gap": None,
+        "status": "pending",
+    }
+    if pending:
+        return out
+    finite = {lr: v for lr, v in losses.items() if v is not None}
+    best = min(finite, key=lambda lr: (finite[lr], lr)) if finite else None
+    out["best_lr"] = best
+    if best == chosen_lr:
+        out["status"] = "confirmed"
+    else:
+        out["status"] = "flagged"
+        c = losses[chosen_lr]
+        out["gap"] = None if best is None or c is None else c - finite[best]
+    return out
+
+
 def run_plan(
     plan: Plan,
     runner: Runner,
@@ -157,6 +233,7 @@ def run_plan(
     before_main: Callable[[Runner, list[RunSpec]], None] | None = None,
 ) -> Sweeps:
     """Every run of the plan, budget-major: at each budget (ascending) the sweeps due there, then every arm x seed
+    (at the largest, with the LR check's runs: :func:`check_specs`)
     (`before_main(runner, specs)` sees those main runs just before they run: angpt.scaling seeds WSD branches).
 
     So an interrupted comparison holds every arm at each budget it finished (and, within the budget it stopped
@@ -173,5 +250,6 @@ def run_plan(
         specs = main_specs(plan, sweeps, [b])
         if before_main is not None:
             before_main(runner, specs)
-        runner.run(specs)
+        # The LR check runs beside the largest budget's main runs (parallel jobs stay busy).
+        runner.run(specs + (check_specs(plan, sweeps) if b == plan.budgets[-1] else []))
     return sweeps
