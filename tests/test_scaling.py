@@ -180,6 +180,42 @@ def test_data_without_an_irreducible_loss_get_the_law_without_e():
     assert "without_e" not in fit_points([Point(**{**vars(p), "loss": float(TRUE.loss(p.N, p.D))}) for p in pts])[0]
 
 
+def test_profile_intervals_end_where_the_fit_gets_significantly_worse_and_cover_the_exponents():
+    from scipy.stats import f as f_dist
+
+    from angpt.scaling.fit import LEAST_SQUARES, _rss, profile_interval
+
+    N, D, L = grid_5x4(TRUE, noise=0.01, seed=0)
+    free = fit_law(N, D, L, delta=LEAST_SQUARES)
+    rss_min, dof = _rss(free.law, N, D, L), N.size - 5
+    wide = {}
+    for name in ("alpha", "beta"):
+        iv = profile_interval(N, D, L, name)
+        wide[name] = iv["hi"] - iv["lo"]
+        assert iv["lo"] < getattr(free.law, name) < iv["hi"] and not (iv["lo_open"] or iv["hi_open"]), (name, iv)
+        # Independently: at each end, least squares with the exponent held there is worse than the free fit by the
+        # F(1, n - 5) 95% quantile, up to the bisection's resolution.
+        for end in (iv["lo"], iv["hi"]):
+            held = fit_law(N, D, L, fixed={name: end}, starts=8, delta=LEAST_SQUARES)
+            assert (_rss(held.law, N, D, L) - rss_min) / (rss_min / dof) == pytest.approx(
+                f_dist.ppf(0.95, 1, dof), abs=0.1
+            )
+    # Ten times less noise pins the exponents down more tightly.
+    quiet = profile_interval(*grid_5x4(TRUE, noise=0.001, seed=0), "alpha")
+    assert quiet["hi"] - quiet["lo"] < wide["alpha"] / 3
+    # Coverage of the true alpha over ten noise draws (measured: 35 of 40 at this design, alpha the harder one).
+    covered = sum(
+        (iv := profile_interval(*grid_5x4(TRUE, noise=0.01, seed=s), "alpha"))["lo"] <= TRUE.alpha <= iv["hi"]
+        for s in range(10)
+    )
+    assert covered >= 8
+    # Runs at one model size cannot tell alpha from E: the profile is open at both ends.
+    D1 = np.geomspace(1e9, 1e11, 8)
+    L1 = TRUE.loss(1e8, D1) * np.exp(np.random.default_rng(0).normal(0.0, 0.01, D1.size))
+    flat = profile_interval(np.full(D1.size, 1e8), D1, L1, "alpha")
+    assert flat["lo_open"] and flat["hi_open"]
+
+
 def test_compute_multiplier_survives_compute_beyond_a_float():
     # Tiny exponents (as a bootstrap refit can have) put C far beyond 1e308; the ratio is still exact: the arm is
     # the baseline with twice the tokens, so it needs half the compute at any loss.
@@ -237,6 +273,14 @@ def test_report_recovers_a_known_compute_multiplier_and_equal_exponents():
     assert a["target_loss"] == pytest.approx(TRUE.optimal_loss(6 * 1e9 * largest.budgets[-1]), rel=0.01)
     md = render_markdown({"command": "test", "warnings": a["warnings"], "ladder": a}, ladder, {})
     assert "## Against gpt+" in md and "| angpt | 1.7" in md and "consistent with equal" in md
+    for label in ("gpt+", "angpt"):  # each arm's exponents with their profile intervals, which hold the truth
+        prof = a["arms"][label]["profile"]
+        assert (
+            prof["alpha"]["lo"] <= TRUE.alpha <= prof["alpha"]["hi"]
+            and prof["beta"]["lo"] <= TRUE.beta <= prof["beta"]["hi"]
+        )
+        assert f"| {label} | [{prof['alpha']['lo']:.3g}, {prof['alpha']['hi']:.3g}] |" in md
+    assert "Profile intervals of the exponents (95%" in md
 
 
 def test_report_compares_laws_without_e_when_e_is_not_determined():

@@ -18,6 +18,7 @@ from angpt.scaling.fit import (
     compute_multiplier,
     fit_law,
     paired_interval,
+    profile_interval,
 )
 from angpt.scaling.plan import MIN_BUDGETS, MIN_SIZES, chosen_lr, transfer_check
 
@@ -93,6 +94,9 @@ def _fit_into(
         getters = {**{k: (lambda law, k=k: getattr(law, k)) for k in PARAMS}, **DERIVED}
         entry["intervals"] = {k: boot.interval(f) for k, f in getters.items()}
         entry["bootstrap"] = {"n": boot.n, "failed": boot.failed, "seed": boot.seed, "level": 0.95}
+        # The exponents' profile intervals beside the bootstrap's: a percentile bootstrap over a few runs is itself
+        # uncertain, and the profile says plainly when the data leave an exponent unbounded (an open end).
+        entry["profile"] = {k: profile_interval(N, D, L, k, with_e=with_e) for k in ("alpha", "beta")}
     entry["_law"] = (law, boot)
     return fit, boot
 

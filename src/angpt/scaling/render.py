@@ -78,7 +78,35 @@ def render_fit_table(ladder: Ladder, a: dict[str, Any]) -> list[str]:
     boot = next((e["bootstrap"] for e in a["arms"].values() if e.get("bootstrap")), None)
     if boot:
         lines += ["", f"Bootstrap: {boot['n']} resamples of the runs (seed {boot['seed']})."]
+    lines += _profile_table(labels, a["arms"])
     return lines + _without_e(ladder, a)
+
+
+def profile_text(iv: dict[str, Any] | None) -> str:
+    """'[0.21, 0.35]', with an end the data leave open shown as '<= 0' or '>= 3' ('–' when not computed)."""
+    if not iv:
+        return "–"
+    lo = f"{iv['lo']:.3g}" if not iv["lo_open"] else f"<= {iv['lo']:.3g} (open)"
+    hi = f"{iv['hi']:.3g}" if not iv["hi_open"] else f">= {iv['hi']:.3g} (open)"
+    return f"[{lo}, {hi}]"
+
+
+def _profile_table(labels: list[str], arms: dict[str, Any]) -> list[str]:
+    rows = [
+        [label, profile_text(e["profile"].get("alpha")), profile_text(e["profile"].get("beta"))]
+        for label in labels
+        if (e := arms.get(label, {})).get("ok") and e.get("profile")
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "Profile intervals of the exponents (95%, likelihood ratio with Gaussian errors on log L: every value at which "
+        "the law refitted with that exponent held fixed is not significantly worse). An end marked open reaches the "
+        "search bound: the runs do not bound the exponent on that side.",
+        "",
+        *_table(["arm", "alpha", "beta"], rows),
+    ]
 
 
 def _versus_table(versus: list[tuple[str, dict[str, Any]]]) -> list[str]:
