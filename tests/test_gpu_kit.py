@@ -70,3 +70,21 @@ def test_bad_input_is_one_line_and_non_zero(tmp_path):
     assert res.returncode == 2 and "unknown step(s) bogus" in res.stderr
     res = kit(str(tmp_path / "o"), "--profile", "nope")
     assert res.returncode != 0 and "no profile 'nope'" in res.stderr
+
+
+def test_every_profile_plans_and_the_paper_batch_runs_fit_one_h100():
+    from angpt.train.config import load_yaml
+
+    profiles = load_yaml((ROOT / "benchmarks" / "gpu" / "settings.yaml").read_text())
+    assert {"full", "smoke", "stability", "paper-batch"} <= set(profiles)
+    for name in profiles:
+        res = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "gpu" / "kit.py"), "--plan", "--profile", name],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        )
+        assert res.returncode == 0 and "# GPU kit plan" in res.stdout, (name, res.stderr)
+    paper = profiles["paper-batch"]["sweep"]
+    assert paper["steps"] >= 200 and paper["batch_tokens"] >= 500_000  # issue 22: 200+ steps at the paper's batch
+    assert profiles["paper-batch"]["deadline_s"] <= 20 * 60

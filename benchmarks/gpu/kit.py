@@ -429,7 +429,7 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
         over.update({f"model.{k}": v for k, v in {**model, **parsed.model}.items()})
         return plan_run(load_run_config(None, over), gpus=1, gpu=gpu, mfu=mfu)
 
-    sp = cfg["speed"]
+    sp = cfg.get("speed") or {"shapes": [], "arms": [], "budget_s": 0}  # a profile may run only some steps
     for shape in sp["shapes"]:
         for arm in sp["arms"]:
             T, b = shape["seq_len"], shape["batch"]
@@ -459,8 +459,10 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
         f"- data: ~{cfg['data']['max_tokens'] / 1e6:.0f}M tokens ({cfg['data']['tokenizer']}), budgeted ~120 s",
         f"- speed: {total:.0f} s estimated, capped at its budget {sp['budget_s']} s",
         f"- sweep: {sweep_s:.0f} s if no run diverges, capped at its budget {sw['budget_s']} s (the tail is cut)",
-        f"- race: what is left of {cfg['deadline_s']} s: ~{cfg['deadline_s'] - 120 - 20 - speed_s - sweep_cap:.0f} s",
     ]
+    if "race" in cfg:
+        left = cfg["deadline_s"] - 120 - 20 - speed_s - sweep_cap
+        lines.append(f"- race: what is left of {cfg['deadline_s']} s: ~{left:.0f} s")
     return "\n".join(lines)
 
 
