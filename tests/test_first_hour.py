@@ -162,6 +162,7 @@ def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
     pattern = r"angpt ended \d\.\d\d nats (lower|higher) than gpt\+ after 8 steps, one seed: a demonstration"
     assert re.search(pattern, line), line
     assert "no speedup can be claimed" not in md and "## Convergence speedup" not in md
+    assert "(one seed: no interval or test)" in md and "with its 95% interval" not in md  # no promise it can't keep
     pngs = sorted(p.name for p in (tmp_path / "one").glob("*.png"))
     assert pngs == ["val_loss_vs_tokens.png"]
 

@@ -127,11 +127,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     if hz.get("short"):
         lines += [f"**{hz['message']}.**", ""]
     lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
-    lines += [
-        f"Each line leads with the arm's final loss minus {base}'s at the largest budget, with its 95% interval "
-        f"and {lead}.",
-        "",
-    ]
+    how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
+    lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
     lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
     if report["warnings"]:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
