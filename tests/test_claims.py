@@ -48,6 +48,8 @@ def value_of(figure: dict) -> float:
         v = points_below(report, **figure["points_below"])
     elif "paired_p" in figure:
         v = paired_p(report, **figure["paired_p"])
+    elif "lr_checks_flagged" in figure:
+        v = sum((e.get("lr_check") or {}).get("status") == "flagged" for e in report["arms"].values())
     elif "ladder" in figure:
         v = ladder_loss(report, **figure["ladder"])
     else:
