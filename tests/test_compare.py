@@ -432,21 +432,8 @@ def test_a_comparison_run_from_main_records_mains_argv(data_dir, tmp_path, monke
     monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--not-these"])
     out = tmp_path / "cmp"
     argv = ["compare", "--data", str(data_dir), "--out", str(out), "--arms", "gpt+", "--budgets", "512"]
-    argv += [
-        "--preset",
-        "tiny",
-        "--batch-tokens",
-        "512",
-        "--lr-grid",
-        "1",
-        "--eval-batches",
-        "1",
-        "--threads",
-        "1",
-        "--seeds",
-        "0",
-    ]
-    argv += ["--quiet"]
+    argv += ["--preset", "tiny", "--batch-tokens", "512", "--lr-grid", "1", "--eval-batches", "1", "--threads", "1"]
+    argv += ["--seeds", "0", "--quiet"]
     assert angpt_cli.main(argv) == 0
     assert json.loads((out / "report.json").read_text())["command"] == shlex.join(["angpt", *argv])
     provs = list(out.glob("runs/**/provenance.json"))
@@ -611,6 +598,8 @@ def test_an_interrupted_comparison_leaves_a_partial_report(cut):
             loss[arm.label, b, s] = rec["val_loss"]
             row = rows[arm.label, b, s]
             assert (row["status"], row["val_loss"]) == ("finished", rec["val_loss"])
+            # without a tuning seed the first seed's sweep run at the smallest budget is also its main run
+            assert row["role"] == ("sweep, main" if (b, s) == (2048, 0) else "main"), (b, s, row["role"])
             assert (
                 f"| {arm.label} | {b // 1024}Ki | {s} | {format_lr(lr)} | – | {row['role']} | {rec['val_loss']:.4f} |"
                 in md

@@ -159,3 +159,19 @@ def test_a_comparison_checks_the_chosen_lr_at_its_largest_budget(three_splits, t
     assert "## LR check at 4Ki (seed 1000)" in md
     again = rewrite_report(tmp_path / "cmp")  # from the store alone, as --report-only and partial reports do
     assert again.data["arms"]["gpt+"]["lr_check"] == chk and again.data["partial"] is None
+
+
+def test_a_flagged_or_pending_lr_check_is_a_warning(three_splits):
+    from angpt.compare.analyse import warnings
+
+    plan = make_plan(
+        three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 8192]}, arms=["gpt+"], seeds=[0, 1, 2]
+    )
+    chk = {"budget": 8192, "seed": 1000, "chosen_lr": 0.004, "best_lr": 0.002, "gap": 0.154, "status": "flagged"}
+    entry = {"tune": {}, "sweeps": [], "budgets": [], "stability": {"unstable": False}, "lr_check": chk}
+    (line,) = warnings(plan, {"gpt+": entry}, None)
+    assert line.startswith("gpt+: its LR 0.004, chosen at 2Ki, is not the best") and "(best: 0.002, 0.1540 nats" in line
+    entry["lr_check"] = {**chk, "status": "pending", "best_lr": None, "gap": None}
+    assert warnings(plan, {"gpt+": entry}, None) == ["gpt+: the LR check at 8Ki has not finished."]
+    entry["lr_check"] = {**chk, "status": "confirmed", "gap": None}
+    assert warnings(plan, {"gpt+": entry}, None) == []

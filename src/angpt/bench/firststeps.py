@@ -75,10 +75,8 @@ def stability(
     """
     if smooth > 1:
         raw = [r["loss"] for r in records]
-        records = [
-            {**r, "loss": sum(raw[max(0, i + 1 - smooth) : i + 1]) / len(raw[max(0, i + 1 - smooth) : i + 1])}
-            for i, r in enumerate(records)
-        ]
+        windows = [raw[max(0, i + 1 - smooth) : i + 1] for i in range(len(raw))]
+        records = [{**r, "loss": sum(w) / len(w)} for r, w in zip(records, windows)]
     grads = [r["grad_norm"] for r in records if math.isfinite(r["grad_norm"])]
     median = statistics.median(grads) if grads else math.nan
     worst_loss, worst_grad, first = 0.0, 0.0, None

@@ -297,7 +297,7 @@ def difference_text(plan: Plan, row: dict[str, Any]) -> str:
         text += f" (Holm-adjusted {_p(t['p_holm'])})"
     text += f" over {d['n_pairs']} seeds"
     if d.get(other):
-        text += f" (Welch p={_p(d[other]['p'])})" if other == "welch" else f" (paired p={_p(d[other]['p'])})"
+        text += f" ({name[other]} p={_p(d[other]['p'])})"
     if -LEVEL_MARGIN < lo and hi < LEVEL_MARGIN:
         text += f"; level: the interval lies within +-{LEVEL_MARGIN} nats"
     elif d.get("detectable") is not None and lo <= 0 <= hi:

@@ -129,11 +129,10 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
     main = main_specs(plan, sweeps)
     checks = check_specs(plan, sweeps)
     rows: dict[RunSpec, dict[str, Any]] = {}
-    for spec in list(swept) + main + checks:
+    for spec, role in [(s, "sweep") for s in swept] + [(s, "main") for s in main] + [(s, "lr check") for s in checks]:
         rec = stored_runs.known(spec)
         status = "missing" if rec is None else ("finished" if _finite_loss(rec) else "diverged")
-        role = "sweep" if spec in swept else ("main" if spec in main else "lr check")
-        role = rows[spec]["role"] + ", " + role if spec in rows and rows[spec]["role"] != role else role
+        role = rows[spec]["role"] + ", " + role if spec in rows else role
         rows[spec] = {
             "arm": spec.arm,
             "budget": spec.budget,

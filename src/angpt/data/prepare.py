@@ -162,16 +162,16 @@ MIN_VAL_TOKENS, MIN_VAL_DOCUMENTS = 50_000, 20
 def split_warnings(meta: dict) -> list[str]:
     """What a user should know about a dataset's validation and test splits before training on it."""
     out = []
-    for split, name, flag in (("val", "validation", "val"), ("test", "test", "test")):
+    for split, name in (("val", "validation"), ("test", "test")):
         held = meta.get("splits", {}).get(split, {})
         tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = meta.get(f"{flag}_fraction", meta.get("options", {}).get(f"{flag}_fraction"))
+        fraction = meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
         if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
             continue  # none asked for (a fraction of 0), or enough
         out.append(
             f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
             f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
-            f"--{flag}-fraction (now {fraction}) or add documents"
+            f"--{split}-fraction (now {fraction}) or add documents"
         )
     return out
 

@@ -373,12 +373,7 @@ class Trainer:
                 n += x.shape[0]
         self.model.train()
         val = all_reduce_mean(total / max(n, 1), self.info).item()
-        bpt = (
-            _bytes_per_token(self.meta, split)
-            if split != "val"
-            else (self.meta.get("bytes_per_token") or _bytes_per_token(self.meta))
-        )
-        return val, bits_per_byte(val, bpt)
+        return val, bits_per_byte(val, _bytes_per_token(self.meta, split))
 
     def _side_batches(self, n: int) -> list[torch.Tensor]:
         """`n` training batches for an architecture's hook: a separate loader with its own seed, identical on
