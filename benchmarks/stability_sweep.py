@@ -45,7 +45,7 @@ def train_one(a: argparse.Namespace, arm: str, lr: float) -> tuple[str, float, i
     sets |= {
         "train.lr": lr,
         "train.max_steps": a.steps,
-        "train.batch_tokens": a.batch * a.seq,
+        "train.batch_tokens": a.batch * a.seq * a.accum,
         "train.micro_batch": a.batch,
         "train.seq_len": a.seq,
         "train.log_every": 1,
@@ -129,10 +129,15 @@ def report(a: argparse.Namespace, arms: list[str], lrs: list[float], seconds: fl
     return data
 
 
+def tokens_per_step(s: dict) -> str:
+    accum = s.get("accum", 1)  # reports written before --accum existed
+    return f"{s['batch']} x {s['seq']}" + (f" x {accum} micro-batches" if accum > 1 else "")
+
+
 def render(d: dict) -> str:
     s = d["settings"]
     lines = [
-        f"# First {s['steps']} steps at {s['preset']} ({s['batch']} x {s['seq']} tokens per step, {s['dtype']})",
+        f"# First {s['steps']} steps at {s['preset']} ({tokens_per_step(s)} tokens per step, {s['dtype']})",
         "",
         f"`{d['command']}`  ",
         f"{d['machine']}; {d['date']}; seed {s['seed']}; one run per (arm, lr), no repeats: a smoke test of "
@@ -183,6 +188,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
     p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--accum", type=int, default=1, help="micro-batches of --batch sequences per optimizer step")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=100)

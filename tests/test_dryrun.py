@@ -284,3 +284,27 @@ def test_fused_loss_head_memory_matches_the_formula(arch, one_thread):
     logits = saved(lambda: model(x, x)) - blocks
     assert B * T * 4 * V <= logits <= outside(False)
     assert fused < logits / 5  # at V = 4096 the fused head keeps a fifth of what the logits path saves
+
+
+def test_ddp_keeps_one_copy_of_the_gradients_and_the_estimate_counts_one(tmp_path, one_thread):
+    """dist.py wraps DDP with gradient_as_bucket_view: after a backward every gradient is a view of one of a few
+    all-reduce buckets, so DDP adds no second copy and the dry run's DDP working set equals one process's."""
+    import torch.distributed as dist
+
+    from angpt.train.dist import DistInfo, parallelize
+    from angpt.train.dryrun import estimate_memory
+
+    model = build_model("angpt", "tiny")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        ddp = parallelize(model, DistInfo(world_size=2), "ddp")  # as a multi-process run wraps it
+        tokens = torch.randint(0, model.config.vocab_size, (2, 17))
+        ddp(tokens[:, :-1], tokens[:, 1:])[1].backward()
+        grads = [p.grad for p in model.parameters()]
+        storages = {g.untyped_storage().data_ptr(): g.untyped_storage().nbytes() for g in grads}
+        assert len(storages) < len(grads) // 4  # views into a few buckets, not one storage per parameter
+        assert sum(storages.values()) == pytest.approx(4 * model.num_params(), rel=0.01)
+    finally:
+        dist.destroy_process_group()
+    one, ddp_mem = (estimate_memory(model, 64, 2, 8, d, "bf16") for d in ("single", "ddp"))
+    assert ddp_mem.working == one.working and ddp_mem.states == one.states

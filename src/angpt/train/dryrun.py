@@ -229,10 +229,11 @@ def estimate_memory(
     - states: fp32 parameters, gradients and Adam's m and v, 16 bytes per parameter; FSDP2 shards them over the
       GPUs (`fully_shard` per block and at the root, as train/dist.py does).
     - working set, not sharded: under bf16 autocast each matrix's bf16 copy is saved for the backward (2 bytes per
-      matrix weight, on every rank, FSDP or not); DDP copies the gradients into its all-reduce buckets (4 bytes
-      per parameter, gradient_as_bucket_view is off); FSDP2 keeps the root group (embedding, LM head, final norm)
-      unsharded through forward and backward (params and grads, 8 bytes each) and has two blocks all-gathered
-      (the current one and the prefetched next, 4 bytes each) plus one block's unsharded gradients (4 bytes).
+      matrix weight, on every rank, FSDP or not); DDP adds nothing, since train/dist.py wraps it with
+      gradient_as_bucket_view (the gradients are views of its all-reduce buckets); FSDP2 keeps the root group
+      (embedding, LM head, final norm) unsharded through forward and backward (params and grads, 8 bytes each)
+      and has two blocks all-gathered (the current one and the prefetched next, 4 bytes each) plus one block's
+      unsharded gradients (4 bytes).
     - not counted: the CUDA context and allocator fragmentation (planning with 1e9-byte GB leaves ~6% for them),
       the optimizer step's temporaries (they come after the activations are freed).
     """
@@ -243,9 +244,7 @@ def estimate_memory(
     p_root = p_total - sum(sum(p.numel() for p in b.parameters()) for b in blocks)
     states = 16.0 * p_total / (gpus if dist == "fsdp" else 1)
     working = 2.0 * p_matrices if dtype == "bf16" else 0.0
-    if dist == "ddp":
-        working += 4.0 * p_total
-    elif dist == "fsdp":
+    if dist == "fsdp":
         working += 8.0 * p_root + 12.0 * p_block
     act, act_ckpt = activation_bytes(model.config, seq_len, micro_batch, dtype, fused_loss)
     return Memory(states, working, act, act_ckpt)
