@@ -156,7 +156,10 @@ def render(d: dict) -> str:
     def f(x, fmt=".4g"):
         return "-" if x is None else (("yes" if x else "no") if isinstance(x, bool) else format(x, fmt))
 
+    missing = [f"{r['arm']} @ {r['lr']:g}" for r in d["runs"] if r["status"] == "not started"]
     for r in d["runs"]:
+        if r["status"] == "not started":
+            continue
         st = r["stability"]
         lines.append(
             f"| {r['arm']} | {r['lr']:g} | {r['status']} | {r['steps']} | {f(r['val_loss'])} | "
@@ -165,6 +168,8 @@ def render(d: dict) -> str:
             f"{f(r['stability_raw']['loss_ratio'], '.3g')} | {f(r['max_residual_norm_at_evals'], '.3g')} | "
             f"{f(r['step_time'], '.3g')} |"
         )
+    if missing:
+        lines += ["", f"Not run: {', '.join(missing)}."]
     lines += [
         "",
         "| arm | best lr (val loss) | its val loss | best lr stable | half of it stable |",

@@ -274,9 +274,9 @@ def test_kv_cache_matches_full_forward(arch):
 
 
 # ------------------------------------------------------------------------------------ reparameterised scales
-@pytest.mark.parametrize("arch", ["ngpt", "angpt"])
-def test_scales_start_at_init_and_move_at_lr_times_init_over_scale(arch):
-    cfg = dict(alpha_init=0.05, s_z_init=1.0)
+@pytest.mark.parametrize("arch,speed", [("ngpt", 1.0), ("angpt", 1.0), ("angpt", 5.0)])
+def test_scales_start_at_init_and_move_at_lr_times_init_over_scale(arch, speed):
+    cfg = dict(alpha_init=0.05, s_z_init=1.0, alpha_speed=speed)
     model = angpt.build_model(arch, "tiny", **cfg)
     block = model.blocks[0]
     d = model.config.d_model
@@ -299,7 +299,8 @@ def test_scales_start_at_init_and_move_at_lr_times_init_over_scale(arch):
     opt.step()
     for name, (s, init) in scales.items():
         g, step = grads[name], s().detach() - before[name]
-        full = lr * init * math.sqrt(d)  # lr * init / scale, with scale = 1/sqrt(d)
+        # lr * init / scale, with scale = 1/sqrt(d), and alpha's divided by its speed
+        full = lr * init * math.sqrt(d) * (speed if name == "alpha_A" else 1.0)
         assert torch.allclose(step, -full * g / (g.abs() + eps), rtol=1e-3, atol=1e-3 * full), name
         large = g.abs() >= 100 * eps
         assert large.float().mean() >= 0.9, name

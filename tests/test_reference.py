@@ -84,9 +84,10 @@ def merge(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, T, H * dh)
 
 
-def effective(p: torch.Tensor, init: float, scale: float | None, d: int) -> torch.Tensor:
-    """A reparameterised scale: stored * init / scale, scale None meaning 1/sqrt(d)."""
-    return p * (init / (scale if scale is not None else 1.0 / math.sqrt(d)))
+def effective(p: torch.Tensor, init: float, scale: float | None, d: int, speed: float = 1.0) -> torch.Tensor:
+    """A reparameterised scale: stored * init / scale, scale None meaning 1/sqrt(d); alpha's scale is divided by
+    its speed (alpha_speed)."""
+    return p * (init * speed / (scale if scale is not None else 1.0 / math.sqrt(d)))
 
 
 def default_softmax_scale(cfg) -> float:
@@ -111,14 +112,14 @@ def ngpt_logits(sd: dict[str, torch.Tensor], cfg, x: torch.Tensor) -> torch.Tens
         k = s_qk * norm(rope(k, cfg.rope_theta))
         o = causal_attention(q, k, v, scale)
         h_A = norm(merge(o) @ W[p + "proj.weight"].T)
-        a_A = effective(W[p + "alpha_A.param"], cfg.alpha_init, cfg.alpha_scale, d).abs()
+        a_A = effective(W[p + "alpha_A.param"], cfg.alpha_init, cfg.alpha_scale, d, cfg.alpha_speed).abs()
         h = norm(h + a_A * (h_A - h))
         Wup = W[p + "up.weight"]
         s_uz = effective(W[p + "s_uz.param"], cfg.s_uz_init, cfg.s_uz_scale, d) * math.sqrt(d)
         u = s_uz[:dff] * (h @ Wup[:dff].T)
         z = s_uz[dff:] * (h @ Wup[dff:].T)
         h_M = norm((u * act(cfg.activation, z)) @ W[p + "down.weight"].T)
-        a_M = effective(W[p + "alpha_M.param"], cfg.alpha_init, cfg.alpha_scale, d).abs()
+        a_M = effective(W[p + "alpha_M.param"], cfg.alpha_init, cfg.alpha_scale, d, cfg.alpha_speed).abs()
         h = norm(h + a_M * (h_M - h))
     s_z = effective(W["s_z.param"], cfg.s_z_init, cfg.s_z_scale, d)
     return s_z * (h @ W["lm_head.weight"].T)  # no final norm
@@ -162,7 +163,7 @@ def angpt_logits(sd: dict[str, torch.Tensor], cfg, x: torch.Tensor, nu_act_facto
             q, k = s_qk * norm(q), s_qk * norm(k)
         o = nu_att * causal_attention(q, k, v, scale)
         h_A = nu_p * (merge(o) @ W[p + "proj.weight"].T)
-        a_A = effective(W[p + "alpha_A.param"], cfg.alpha_init, cfg.alpha_scale, d).abs()
+        a_A = effective(W[p + "alpha_A.param"], cfg.alpha_init, cfg.alpha_scale, d, cfg.alpha_speed).abs()
         h = nu(a_A) * (h + a_A * (h_A - h))
         if cfg.gate_scale == "learnable":
             c_z = effective(W[p + "c_z.param"], cfg.s_uz_init, cfg.s_uz_scale, d) * math.sqrt(d)
@@ -174,7 +175,7 @@ def angpt_logits(sd: dict[str, torch.Tensor], cfg, x: torch.Tensor, nu_act_facto
         z = nu_uz * c_z * (m_in @ Wup[dff:].T)
         m = nu_act * u * act(cfg.activation, z)
         h_M = nu_d * (m @ W[p + "down.weight"].T)
-        a_M = effective(W[p + "alpha_M.param"], cfg.alpha_init, cfg.alpha_scale, d).abs()
+        a_M = effective(W[p + "alpha_M.param"], cfg.alpha_init, cfg.alpha_scale, d, cfg.alpha_speed).abs()
         h = nu(a_M) * (h + a_M * (h_M - h))
     # s_z starts where GPT+'s logits start: std init_std * sqrt(d) = s_z / sqrt(d) for unit h and rows
     s_z_init = cfg.s_z_init if cfg.s_z_init is not None else cfg.init_std * d
@@ -220,7 +221,10 @@ def _assert_scales_moved(before: dict[str, torch.Tensor], after: dict[str, torch
             continue
         init, scale = (getattr(cfg, f) for f in SCALES[suffix])
         init = cfg.init_std * cfg.d_model if init is None else init  # s_z_init null: GPT+'s logit spread
-        moved = (effective(p, init, scale, cfg.d_model) - effective(before[name], init, scale, cfg.d_model)).abs()
+        speed = cfg.alpha_speed if suffix.startswith("alpha") else 1.0
+        moved = (
+            effective(p, init, scale, cfg.d_model, speed) - effective(before[name], init, scale, cfg.d_model, speed)
+        ).abs()
         # 1e-3, or 2% of a small init (alpha 0.01 moves 5x less per step than nGPT's 0.05)
         enough = min(1e-3, 0.02 * abs(init))
         assert moved.max() > enough, f"{name} did not move in training: the test would not see a wrong scale there"
@@ -348,7 +352,10 @@ CASES = [
     ),
     ("angpt", dict(activation="gelu")),
     ("angpt", dict(input_norm="block")),
-    ("angpt", dict(input_norm="none", s_z_init=1.0, alpha_init=0.05)),  # the defaults before 2026-11-25
+    (
+        "angpt",
+        dict(input_norm="none", s_z_init=1.0, alpha_init=0.05, alpha_speed=1.0),
+    ),  # the defaults before 2026-11-25
     ("ngpt", dict(activation="gelu")),
 ]
 

@@ -18,7 +18,7 @@ from angpt.train.loop import train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 # anGPT's defaults before 2026-11-25: nGPT's s_z = 1 and alpha = 0.05, no normalisation of the MLP input
-OLD_DEFAULTS = "angpt[s_z_init=1.0,alpha_init=0.05,input_norm=none]"
+OLD_DEFAULTS = "angpt[s_z_init=1.0,alpha_init=0.05,alpha_speed=1.0,input_norm=none]"
 VOCAB, T, B = 50304, 64, 4
 
 
@@ -156,3 +156,50 @@ def test_smoothed_criteria_ignore_one_hard_batch_but_not_a_real_spike():
     assert not stability(records(hard_batch, grads))["stable"]
     assert stability(records(hard_batch, grads), smooth=10)["stable"]
     assert not stability(records(sustained, grads), smooth=10)["stable"]
+
+
+def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
+    """anGPT's alpha_speed 5 came after checkpoints with alpha at nGPT's speed 1. Their model config has no
+    alpha_speed: it must load at speed 1, so their stored alphas mean what they meant (at 5 the effective alphas
+    would be 5x), and resuming one under today's defaults is refused, naming the field."""
+    from angpt.errors import UserError
+    from angpt.models import ModelConfig, build_model, make_config, model_from_config
+    from angpt.train.config import RunConfig
+    from angpt.train.resume import check_resume
+
+    torch.manual_seed(0)
+    trained = build_model("angpt", "tiny", alpha_speed=1.0)
+    with torch.no_grad():
+        for block in trained.blocks:  # a trained checkpoint: alphas away from their init
+            block.alpha_A.param.mul_(1.7)
+    written = {k: v for k, v in trained.config.to_dict().items() if k != "alpha_speed"}
+    loaded = model_from_config(ModelConfig.from_dict(written))
+    loaded.load_state_dict(trained.state_dict())
+    assert torch.equal(loaded.blocks[0].alpha_A(), trained.blocks[0].alpha_A())
+    cfg = RunConfig(arch="angpt", preset="tiny")
+    with pytest.raises(UserError, match="alpha_speed"):
+        check_resume(
+            "ckpt", {"model_config": written, "run_config": cfg.to_dict()}, cfg, make_config("angpt", "tiny"), None
+        )
+
+
+def test_angpt_alpha_starts_at_the_papers_001_and_steps_as_far_as_ngpts_alpha():
+    """anGPT's default alpha (docs/open_choices.md#alphas-speed): it starts at 0.01, and Adam's first step moves it
+    as far as nGPT's alpha started at 0.05 (a near-sign step: lr * 0.05 * sqrt(d) per coordinate)."""
+    from angpt import build_model, make_optimizer
+    from angpt.bench.firststeps import zipf_batches
+
+    steps = {}
+    for arch, init in (("angpt", 0.01), ("ngpt", 0.05)):
+        torch.manual_seed(0)
+        model = build_model(arch, "tiny")
+        alpha = model.blocks[0].alpha_A
+        assert torch.allclose(alpha(), torch.full_like(alpha(), init))
+        opt, _ = make_optimizer(model, lr=1e-3, max_steps=10, constraints=False)
+        x = zipf_batches(model.config.vocab_size, 4, 33, seed=0)()[0]
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        before = alpha().detach().clone()
+        opt.step()
+        steps[arch] = (alpha().detach() - before).abs().median().item()
+    assert steps["angpt"] == pytest.approx(steps["ngpt"], rel=0.02)
+    assert steps["ngpt"] == pytest.approx(1e-3 * 0.05 * math.sqrt(64), rel=0.02)

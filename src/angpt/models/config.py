@@ -67,6 +67,9 @@ class ModelConfig:
     # A scale of None means 1/sqrt(d_model), the NVIDIA reference default.
     alpha_init: float = 0.05  # initial residual step alpha (nGPT 0.05; anGPT's registry: 0.01)
     alpha_scale: float | None = None  # alpha's reparameterisation scale (None: 1/sqrt(d))
+    # Adam moves alpha by ~lr * alpha_init / scale per step: its scale is alpha_scale / alpha_speed, so 5 with
+    # alpha_init 0.01 learns alpha as fast as nGPT's alpha started at 0.05 (docs/open_choices.md#alphas-speed).
+    alpha_speed: float = 1.0  # multiplies alpha's learning speed (nGPT: 1; anGPT's registry: 5)
     alpha_shape: str = "vector"  # alpha per channel (vector) or one per sub-layer (scalar)
     s_qk_init: float = 1.0  # initial q, k scale under exact QK-norm
     s_qk_scale: float | None = None  # its reparameterisation scale (None: 1/sqrt(d))
@@ -218,7 +221,7 @@ class ModelConfig:
                 f"head dim d_model/n_heads = {self.head_dim} is odd, but RoPE rotates pairs; "
                 "change model.d_model or model.n_heads so that the head dim is even"
             )
-        positive = ("rope_theta", "norm_eps", "init_std", "s_uz_scale", "dyt_alpha_init")
+        positive = ("rope_theta", "norm_eps", "init_std", "s_uz_scale", "dyt_alpha_init", "alpha_speed")
         for name in positive + ("alpha_scale", "s_qk_scale", "s_z_scale", "softmax_scale"):
             value = getattr(self, name)
             if value is None and name not in positive:

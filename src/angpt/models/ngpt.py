@@ -27,9 +27,10 @@ from angpt.models.layers import (
 
 
 def _alpha(cfg: ModelConfig) -> Scale:
-    """The eigen learning rate alpha: a vector in R^d (or one scalar), effective value |.|."""
+    """The eigen learning rate alpha: a vector in R^d (or one scalar), effective value |.|. A smaller stored scale
+    (`alpha_speed` > 1) makes Adam's steps, ~lr on the stored value, move the effective alpha further."""
     shape = cfg.d_model if cfg.alpha_shape == "vector" else 1
-    return Scale(shape, cfg.alpha_init, cfg.scale_or_default(cfg.alpha_scale), absolute=True)
+    return Scale(shape, cfg.alpha_init, cfg.scale_or_default(cfg.alpha_scale) / cfg.alpha_speed, absolute=True)
 
 
 class NGPTBlock(Block):
