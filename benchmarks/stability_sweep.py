@@ -8,7 +8,13 @@ logging every step, in OUT/runs/<arm>/lr<lr>, resumed with `--resume auto` when 
 nohup; re-run to continue). Then OUT/report.json and OUT/report.md: per run the final validation loss, the mean
 training loss of the last 10 steps, and whether it trained without a spike (after step 5 the loss never exceeds 1.3x
 its running minimum; no pre-clip gradient norm exceeds 100x the run's median: angpt.bench.firststeps.stability);
-per arm the best rate and whether it and half of it are stable. `--report-only` rewrites the report from the runs.
+per arm the best rate and whether it and half of it are stable. `--report-only` rewrites the report from the runs
+(keeping the command it replaces records).
+
+The report covers the arms and rates of this invocation and those of the report it replaces, so a sweep extended by
+another invocation (a new arm, a new rate) keeps its earlier rows. A stored run whose arm now makes another model
+(a default changed since: angpt.train.resume.model_drift) is never resumed or counted as today's arm: a sweep stops
+with a one-line error before training anything, and `--report-only` names what the row was trained with.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from pathlib import Path
 
 from angpt.bench.firststeps import stability
 from angpt.compare.plan import parse_arm, split_arms
+from angpt.data import load_meta
 from angpt.train.metrics import read_metrics
+from angpt.train.resume import model_drift
 
 # The stability criteria read the training loss as its mean over 10 steps: at 1K-token batches a batch's content
 # alone moves the loss by 20-40% (every arm at once, at the same step); the raw per-step verdict is reported beside.
@@ -67,7 +75,7 @@ def train_one(a: argparse.Namespace, arm: str, lr: float) -> tuple[str, float, i
     return arm, lr, rc
 
 
-def summarise(out: Path, arm: str, lr: float, steps: int) -> dict:
+def summarise(out: Path, arm: str, lr: float, steps: int, meta: dict) -> dict:
     d = run_dir(out, arm, lr)
     rows = read_metrics(d) if (d / "metrics.jsonl").exists() else []
     train = [r for r in rows if "loss" in r and "grad_norm" in r]
@@ -95,28 +103,46 @@ def summarise(out: Path, arm: str, lr: float, steps: int) -> dict:
         "max_residual_norm_at_evals": max(residual) if residual else None,
         "error": failed[0]["error"] if failed else None,
         "step_time": sorted(r["step_time"] for r in train)[len(train) // 2] if train else None,
+        "trained_with": model_drift(d, meta),  # None: the model this arm makes today
     }
 
 
-def report(a: argparse.Namespace, arms: list[str], lrs: list[float], seconds: float) -> dict:
+def grid(a: argparse.Namespace) -> list[tuple[str, float]]:
+    """(arm, lr) pairs of this invocation, then those of the report it replaces that it does not repeat."""
+    pairs = [(arm, float(lr)) for arm in split_arms(a.arms) for lr in a.lrs.split(",")]
+    old = Path(a.out) / "report.json"
+    if old.is_file():
+        for r in json.loads(old.read_text()).get("runs", []):
+            if not any(arm == r["arm"] and math.isclose(lr, r["lr"]) for arm, lr in pairs):
+                pairs.append((r["arm"], float(r["lr"])))
+    return pairs
+
+
+def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, seconds: float) -> dict:
     out = Path(a.out)
-    runs = [summarise(out, arm, lr, a.steps) for arm in arms for lr in lrs]
+    runs = [summarise(out, arm, lr, a.steps, meta) for arm, lr in pairs]
     verdict = {}
-    for arm in arms:
+    for arm in dict.fromkeys(arm for arm, _ in pairs):
         done = [r for r in runs if r["arm"] == arm and r["val_loss"] is not None]
         if not done:
             verdict[arm] = {"best_lr": None}
             continue
         best = min(done, key=lambda r: r["val_loss"])
+        stale = sorted({r["trained_with"] for r in runs if r["arm"] == arm and r["trained_with"]})
         half = next((r for r in runs if r["arm"] == arm and math.isclose(r["lr"], best["lr"] / 2)), None)
         verdict[arm] = {
             "best_lr": best["lr"],
             "best_val_loss": best["val_loss"],
             "best_stable": best["stability"]["stable"],
             "half_lr_stable": half["stability"]["stable"] if half and half["status"] == "finished" else None,
+            "trained_with": stale,
         }
+    command = " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    previous = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
+    if a.report_only and previous.get("command"):  # the command that trained the runs, not the one that re-read them
+        command, seconds = previous["command"], previous.get("seconds", seconds)
     data = {
-        "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "command": command,
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
         "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
@@ -170,6 +196,15 @@ def render(d: dict) -> str:
         )
     if missing:
         lines += ["", f"Not run: {', '.join(missing)}."]
+    stale: dict[str, list[str]] = {}
+    for r in d["runs"]:
+        if r.get("trained_with"):
+            stale.setdefault(r["trained_with"], []).append(f"{r['arm']} @ {r['lr']:g}")
+    for drift, rows in stale.items():
+        lines += [
+            "",
+            f"Trained with {drift}, a model these arms no longer make: {', '.join(rows)}. Those rows are that model's.",
+        ]
     lines += [
         "",
         "| arm | best lr (val loss) | its val loss | best lr stable | half of it stable |",
@@ -203,17 +238,23 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args()
-    arms = split_arms(a.arms)
-    lrs = [float(x) for x in a.lrs.split(",")]
+    pairs, meta = grid(a), load_meta(a.data)
     t0 = time.time()
     if not a.report_only:
-        todo = [
-            (arm, lr) for lr in lrs for arm in arms if summarise(Path(a.out), arm, lr, a.steps)["status"] != "finished"
-        ]
+        mine = [(arm, float(lr)) for lr in a.lrs.split(",") for arm in split_arms(a.arms)]
+        for arm, lr in mine:
+            if drift := model_drift(run_dir(Path(a.out), arm, lr), meta):
+                print(
+                    f"stability_sweep: error: {run_dir(Path(a.out), arm, lr)} was trained with {drift}: {arm} makes "
+                    "another model today; use another --out (or name the arm with those settings)",
+                    file=sys.stderr,
+                )
+                return 2
+        todo = [(arm, lr) for arm, lr in mine if summarise(Path(a.out), arm, lr, a.steps, meta)["status"] != "finished"]
         with cf.ThreadPoolExecutor(a.jobs) as pool:
             for arm, lr, rc in pool.map(lambda job: train_one(a, *job), todo):
                 print(f"{arm} @ {lr:g}: exit {rc}", flush=True)
-    data = report(a, arms, lrs, time.time() - t0)
+    data = report(a, pairs, meta, time.time() - t0)
     print((Path(a.out) / "report.md").read_text())
     return 0 if data["runs"] else 1
 

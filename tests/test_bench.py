@@ -30,3 +30,54 @@ def test_bench_step_table(monkeypatch):
 
 def test_matmul_peak_is_a_rate():
     assert 1e8 < matmul_peak("fp32", torch.device("cpu"), n=256, reps=2) < 1e14
+
+
+def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_other_defaults(data_dir, tmp_path):
+    """benchmarks/stability_sweep.py: a second invocation with another arm keeps the first one's rows; a stored run
+    whose arm now makes another model (here: written with anGPT's alpha at speed 1) stops a sweep in one line before
+    anything trains, and `--report-only` names it beside its rows, keeping the command that trained them."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "stability_sweep.py"
+    out = tmp_path / "sweep"
+
+    def sweep(arm, *extra):
+        args = [sys.executable, str(script), "--data", str(data_dir), "--out", str(out), "--arms", arm, "--lrs", "1e-3"]
+        args += ["--preset", "tiny", "--steps", "3", "--batch", "2", "--seq", "32", "--eval-every", "3"]
+        args += ["--eval-batches", "1", "--save-every", "3", "--jobs", "1", "--dtype", "fp32", *extra]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+
+    for arm in ("gpt+", "angpt"):
+        res = sweep(arm)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["arm"], r["status"], r["trained_with"]) for r in report["runs"]] == [
+        ("angpt", "finished", None),
+        ("gpt+", "finished", None),
+    ]
+    assert set(report["verdict"]) == {"angpt", "gpt+"}
+
+    config = out / "runs" / "angpt" / "lr0.001" / "config.json"
+    stored = json.loads(config.read_text())
+    stored["model"]["alpha_speed"] = 1.0
+    config.write_text(json.dumps(stored))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    res = sweep("angpt")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert "was trained with model.alpha_speed=1.0 (now 5.0)" in res.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+    res = sweep("angpt", "--report-only")
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [r["trained_with"] for r in report["runs"]] == ["model.alpha_speed=1.0 (now 5.0)", None]
+    assert "--report-only" not in report["command"]
+    assert (
+        "Trained with model.alpha_speed=1.0 (now 5.0), a model these arms no longer make: angpt @ 0.001"
+        in (out / "report.md").read_text()
+    )

@@ -863,6 +863,43 @@ def test_a_comparison_extends_with_seeds_and_arms_reusing_finished_runs(compared
     assert all(r["n"] == 1 for r in report.arms["angpt"]["budgets"])
 
 
+def test_a_store_made_under_other_defaults_is_refused_not_reported_as_todays(compared, data_dir, tmp_path, monkeypatch):
+    """A default that changed since the runs (here anGPT's alpha speed) makes the same arm another model: re-running
+    or extending the comparison must not report the stored runs, or add new ones beside them, as today's arm."""
+    from angpt.models import registry
+
+    plan, finished, _ = compared
+    out = tmp_path / "old"
+    shutil.copytree(finished, out)
+    before = snapshot(out)
+    monkeypatch.setitem(registry.get("angpt").config, "alpha_speed", 2.0)
+    for p, dry in ((plan, False), (tiny_plan(data_dir, seeds=[0, 1, 2]), False), (plan, True)):
+        with pytest.raises(UserError, match=r"runs/angpt/.* was trained with model\.alpha_speed=5\.0 \(now 2\.0\)"):
+            run_comparison(p, out, threads=1, progress=False, dry_run=dry)
+    assert snapshot(out) == before
+    # A new directory under the changed default is an ordinary comparison.
+    assert run_comparison(plan, tmp_path / "new", threads=1, progress=False, dry_run=True).dry_run
+
+
+def test_a_run_written_before_a_field_existed_has_that_fields_old_value(compared, tmp_path):
+    """A config.json without a field added since (alpha_speed) was trained with the field's dataclass default: no
+    drift where today's arm has that default too (GPT+), a drift where the arm's default moved (anGPT: 1 -> 5)."""
+    from angpt.data import load_meta
+    from angpt.train.resume import model_drift
+
+    plan, finished, _ = compared
+    meta = load_meta(plan.data)
+    for arm, expected in (("gpt+", None), ("angpt", "model.alpha_speed=1.0 (now 5.0)")):
+        run = next((finished / "runs" / arm).rglob("config.json"))
+        assert model_drift(run.parent, meta) is None
+        stored = json.loads(run.read_text())
+        del stored["model"]["alpha_speed"]
+        (tmp_path / arm).mkdir()
+        (tmp_path / arm / "config.json").write_text(json.dumps(stored))
+        assert model_drift(tmp_path / arm, meta) == expected
+    assert model_drift(tmp_path / "none", meta) is None
+
+
 def test_raising_max_extensions_goes_on_with_an_unfinished_sweep(compared, data_dir, tmp_path, capsys):
     """A sweep that stopped at its grid's edge (max_extensions reached) is finished by a re-run with a larger
     max_extensions: its runs are reused, only LRs beyond the old grid (and the main runs of a new best) train."""

@@ -139,7 +139,7 @@ def run_comparison(
     from angpt.compare.horizon import horizon as plan_horizon
     from angpt.compare.jobs import JOBS_FILE, choose_jobs, describe
     from angpt.compare.runner import cpu_cores
-    from angpt.compare.store import PLAN_FILE, check_report_dir, report_lock, write_json
+    from angpt.compare.store import PLAN_FILE, check_report_dir, check_runs_current, report_lock, write_json
     from angpt.errors import UserError
 
     if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
@@ -149,6 +149,8 @@ def run_comparison(
     report_dir = Path(report_dir)
     command = command if command is not None else command_line()
     changes = check_report_dir(plan, report_dir)
+    if changes is not None:
+        check_runs_current(plan, report_dir)
     hz = plan_horizon(plan)
     if hz.short and strict:
         raise UserError(f"--strict: {hz.message}")

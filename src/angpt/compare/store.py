@@ -144,6 +144,25 @@ def check_report_dir(plan: Plan, report_dir: Path) -> list[str] | None:
     return None
 
 
+def check_runs_current(plan: Plan, report_dir: Path) -> None:
+    """UserError when a run stored in `report_dir` was trained with a model its recorded settings no longer make
+    (angpt.train.resume.model_drift): re-running would report it, or extend its arm with new runs, as today's arm."""
+    from angpt.data import load_meta
+    from angpt.train.resume import model_drift
+
+    runs = sorted((report_dir / "runs").rglob("config.json")) if (report_dir / "runs").is_dir() else []
+    if not runs:
+        return
+    meta = load_meta(plan.data)
+    for path in runs:
+        drift = model_drift(path.parent, meta)
+        if drift is not None:
+            raise UserError(
+                f"{path.parent} was trained with {drift}: a default changed since this comparison was made, so its "
+                "runs would be reported as today's; finish it with the angpt that made it, or use another --out"
+            )
+
+
 def _difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
     """The first differing plan key, said briefly ("eval_batches: 2 there, 3 here")."""
     key = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "?")

@@ -10,13 +10,15 @@ tokenizer) refuses with a one-line error naming the field: resuming under it wou
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from angpt.errors import UserError
 from angpt.models import ModelConfig
-from angpt.train.config import RunConfig
+from angpt.train.config import RunConfig, run_config_from_dict
 from angpt.train.step import resolve_dtype
 
 # train.* fields that change how the optimisation goes or which tokens are seen: fixed for the life of a run.
@@ -139,3 +141,24 @@ def check_resume(
             "for the new length from here on"
         )
     return notes
+
+
+def model_drift(run_dir: str | Path, data_meta: dict[str, Any] | None) -> str | None:
+    """How the model a run directory was trained with (its config.json) differs from the one its own recorded run
+    config makes today, as `model.KEY=WAS (now NOW)`; None when they agree or nothing was trained there yet.
+
+    A default changed since the run (in the registry or a preset) is the usual cause: the same arm name and
+    settings now make another model, so a finished run must not be reported, or a sweep extended, as today's."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    from angpt.train.loop import resolve_model_config
+
+    try:
+        stored = json.loads(path.read_text())
+        cfg = run_config_from_dict(stored["run"])
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        return f"an unreadable {path.name} ({type(e).__name__})"
+    now = resolve_model_config(cfg, data_meta)
+    saved = _resolved(stored.get("model"))
+    return None if saved == now.to_dict() else _model_diff(saved, now)
