@@ -427,11 +427,9 @@ def measured_step_time(sw: dict, root: Path | None = None) -> tuple[float, str] 
         if [(d.get("settings") or {}).get("sweep", {}).get(k) for k in shape] != [sw.get(k) for k in shape]:
             continue
         times = sorted(r["step_time"] for r in d.get("sweep") or [] if r.get("step_time"))
-        # A loan that ran only some steps has no env of its own: its loan folder's first run names the GPU.
-        envs = [d.get("env")] + [
-            e.get("env") for q, e in loaded.items() if q.parent == root / path.relative_to(root).parts[0]
-        ]
-        gpu = next((e["gpu"] for e in envs if e and e.get("gpu")), "an unnamed GPU")
+        # A run of some steps only has no env of its own: the loan folder's first run names the GPU.
+        first = loaded.get(root / path.relative_to(root).parts[0] / "results.json", {})
+        gpu = next((e["gpu"] for e in (d.get("env"), first.get("env")) if e and e.get("gpu")), "an unnamed GPU")
         if times:
             found.append(
                 (d.get("started", ""), times[len(times) // 2], f"{gpu} ({path.parent.relative_to(root.parent)})")
