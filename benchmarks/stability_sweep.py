@@ -127,22 +127,34 @@ def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, se
         if not done:
             verdict[arm] = {"best_lr": None}
             continue
-        best = min(done, key=lambda r: r["val_loss"])
         stale = sorted({r["trained_with"] for r in runs if r["arm"] == arm and r["trained_with"]})
-        half = next((r for r in runs if r["arm"] == arm and math.isclose(r["lr"], best["lr"] / 2)), None)
+        current = [r for r in done if not r["trained_with"]]
+        best = min(current or done, key=lambda r: r["val_loss"])  # never across two models of one name
+        half = next(
+            (
+                r
+                for r in runs
+                if r["arm"] == arm
+                and r["trained_with"] == best["trained_with"]
+                and math.isclose(r["lr"], best["lr"] / 2)
+            ),
+            None,
+        )
         verdict[arm] = {
             "best_lr": best["lr"],
             "best_val_loss": best["val_loss"],
             "best_stable": best["stability"]["stable"],
             "half_lr_stable": half["stability"]["stable"] if half and half["status"] == "finished" else None,
-            "trained_with": stale,
+            "trained_with": stale,  # the verdict reads today's rows where there are any
         }
     command = " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     previous = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
+    rewritten_by = None
     if a.report_only and previous.get("command"):  # the command that trained the runs, not the one that re-read them
-        command, seconds = previous["command"], previous.get("seconds", seconds)
+        rewritten_by, command, seconds = command, previous["command"], previous.get("seconds", seconds)
     data = {
         "command": command,
+        "rewritten_by": rewritten_by,
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
         "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
@@ -242,7 +254,7 @@ def main() -> int:
     t0 = time.time()
     if not a.report_only:
         mine = [(arm, float(lr)) for lr in a.lrs.split(",") for arm in split_arms(a.arms)]
-        for arm, lr in mine:
+        for arm, lr in [(arm, lr) for arm, lr in pairs if arm in split_arms(a.arms)]:  # stored rates of these arms too
             if drift := model_drift(run_dir(Path(a.out), arm, lr), meta):
                 print(
                     f"stability_sweep: error: {run_dir(Path(a.out), arm, lr)} was trained with {drift}: {arm} makes "

@@ -67,16 +67,17 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
     stored["model"]["alpha_speed"] = 1.0
     config.write_text(json.dumps(stored))
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    res = sweep("angpt")
-    assert res.returncode == 2 and res.stderr.count("\n") == 1
-    assert "was trained with model.alpha_speed=1.0 (now 5.0)" in res.stderr
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    for lrs in ("1e-3", "2e-3"):  # the stored rate, and a new one beside it: neither trains
+        res = sweep("angpt", "--lrs", lrs)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1
+        assert "runs/angpt/lr0.001 was trained with model.alpha_speed=1.0 (now 5.0)" in res.stderr
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
     res = sweep("angpt", "--report-only")
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert [r["trained_with"] for r in report["runs"]] == ["model.alpha_speed=1.0 (now 5.0)", None]
-    assert "--report-only" not in report["command"]
+    assert "--report-only" not in report["command"] and "--report-only" in report["rewritten_by"]
     assert (
         "Trained with model.alpha_speed=1.0 (now 5.0), a model these arms no longer make: angpt @ 0.001"
         in (out / "report.md").read_text()

@@ -863,7 +863,9 @@ def test_a_comparison_extends_with_seeds_and_arms_reusing_finished_runs(compared
     assert all(r["n"] == 1 for r in report.arms["angpt"]["budgets"])
 
 
-def test_a_store_made_under_other_defaults_is_refused_not_reported_as_todays(compared, data_dir, tmp_path, monkeypatch):
+def test_a_store_made_under_other_defaults_is_refused_not_reported_as_todays(
+    compared, data_dir, tmp_path, monkeypatch, capsys
+):
     """A default that changed since the runs (here anGPT's alpha speed) makes the same arm another model: re-running
     or extending the comparison must not report the stored runs, or add new ones beside them, as today's arm."""
     from angpt.models import registry
@@ -877,8 +879,16 @@ def test_a_store_made_under_other_defaults_is_refused_not_reported_as_todays(com
         with pytest.raises(UserError, match=r"runs/angpt/.* was trained with model\.alpha_speed=5\.0 \(now 2\.0\)"):
             run_comparison(p, out, threads=1, progress=False, dry_run=dry)
     assert snapshot(out) == before
-    # A new directory under the changed default is an ordinary comparison.
+    # A new directory under the changed default is an ordinary comparison; so is this one without the arm.
     assert run_comparison(plan, tmp_path / "new", threads=1, progress=False, dry_run=True).dry_run
+    assert run_comparison(tiny_plan(data_dir, arms=["gpt+"]), out, threads=1, progress=False, dry_run=True).dry_run
+    # Re-reading the runs is allowed, and says whose models the report describes.
+    from angpt.compare import rewrite_report
+
+    rewrite_report(out, command="angpt compare --report-only (test)")
+    err = capsys.readouterr().err
+    n = len(list((out / "runs" / "angpt").rglob("config.json")))
+    assert f"warning: {n} runs in" in err and "were trained with model.alpha_speed=5.0 (now 2.0)" in err
 
 
 def test_a_run_written_before_a_field_existed_has_that_fields_old_value(compared, tmp_path):
@@ -897,6 +907,9 @@ def test_a_run_written_before_a_field_existed_has_that_fields_old_value(compared
         (tmp_path / arm).mkdir()
         (tmp_path / arm / "config.json").write_text(json.dumps(stored))
         assert model_drift(tmp_path / arm, meta) == expected
+        stored["run"]["init_from"] = "elsewhere"  # a run started from weights has the checkpoint's model
+        (tmp_path / arm / "config.json").write_text(json.dumps(stored))
+        assert model_drift(tmp_path / arm, meta) is None
     assert model_drift(tmp_path / "none", meta) is None
 
 

@@ -92,7 +92,8 @@ def test_every_profile_plans_and_the_paper_batch_runs_fit_one_h100():
 
 def test_the_plan_uses_the_step_time_an_earlier_loan_measured_at_the_same_shape(tmp_path):
     """The paper-batch plan's estimate at 35% MFU (1.26 s/step) was 40% short of what the H200 measured (2.1-2.3):
-    the plan reads the newest measurement at the sweep's shape and says which of its runs fit the budget."""
+    the plan reads the newest measurement at the sweep's shape and says which of its runs fit the budget, by the rule
+    the sweep itself starts runs with (next_run_fits)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("kit", ROOT / "benchmarks" / "gpu" / "kit.py")
@@ -107,11 +108,12 @@ def test_the_plan_uses_the_step_time_an_earlier_loan_measured_at_the_same_shape(
     screen = {"started": "2026-01-01 11", "settings": {"sweep": shape}, "sweep": runs}
     (loan / "screen" / "results.json").write_text(json.dumps(screen))
     root = tmp_path / "benchmarks"
-    assert kit_module.measured_step_time(shape, root) == (2.5, "NVIDIA X (benchmarks/gpu-2026-01-01-X/screen)")
+    assert kit_module.measured_step_time(shape, root) == (3.0, "NVIDIA X (benchmarks/gpu-2026-01-01-X/screen)")
     assert kit_module.measured_step_time({**shape, "micro_batch": 16}, root) is None
-    # step_sweep's rule: a run starts while half a run's time is left; here 463 s runs in 1,000 s: two start.
-    assert kit_module.sweep_fit(463.0, ["a", "b", "c", "d"], 1000) == (["a", "b"], ["c", "d"])
-    assert kit_module.sweep_fit(400.0, ["a", "b", "c"], 1000) == (["a", "b", "c"], [])
+    # step_sweep's rule (next_run_fits): the first run starts; the next while half a run's time is left.
+    assert kit_module.sweep_fit(2.315, 200, ["a", "b", "c", "d"], 1000) == (["a", "b"], ["c", "d"])
+    assert kit_module.sweep_fit(2.0, 200, ["a", "b", "c"], 1000) == (["a", "b", "c"], [])
+    assert kit_module.sweep_fit(20.0, 200, ["a", "b"], 1000) == (["a"], ["b"])
     res = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu" / "kit.py"), "--plan", "--profile", "paper-batch"],
         capture_output=True,

@@ -996,9 +996,24 @@ def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks
     plain = make_ladder(data_dir, **kw)
     no_plan = tmp_path / "no_plan"
     shutil.copytree(size_dir(out, names[2]) / "runs", size_dir(no_plan, names[2]) / "runs")
+    # A store whose run was trained with a model its settings no longer make (a model default changed since).
+    from angpt.data import load_meta
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import resolve_model_config
+
+    drift = tmp_path / "drift"
+    for i in range(3):
+        _fake_store(plain.size_plan(i), size_dir(drift, names[i]))
+    last = plain.size_plan(2)
+    arm, b, seed, lr = last.arms[0], last.budgets[0], last.seeds[0], last.initial_grid(last.arms[0])[0]
+    drifted = last.run_dir(size_dir(drift, names[2]), arm, b, seed, lr)
+    cfg = load_run_config(None, last.run_overrides(arm, b, seed, lr, out=str(drifted)))
+    model = resolve_model_config(cfg, load_meta(data_dir)).to_dict() | {"norm_eps": 1e-3}
+    (drifted / "config.json").write_text(json.dumps({"run": cfg.to_dict(), "model": model}))
     cases = [
         (other, f'{size_dir(other, names[1])} holds a different comparison (lr_values: {{"gpt+": ['),
         (no_plan, f"{size_dir(no_plan, names[2])} exists and is not an angpt compare report (no plan.json)"),
+        (drift, f"{drifted} was trained with model.norm_eps=0.001 (now "),
     ]
     import angpt.compare
 

@@ -265,6 +265,12 @@ def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
     return out
 
 
+def next_run_fits(times: list[float], steps: int, left: float) -> bool:
+    """Whether step_sweep starts its next run with `left` seconds of its budget: while half a run at the slowest step
+    time measured so far fits (a run that diverges stops early; the deadline cuts one that runs long)."""
+    return left > 0 and (max(times) if times else 0.0) * steps * 0.5 <= left
+
+
 def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dict]:
     """The first steps of each (arm, lr) at the paper's batch, in the settings' order, until the budget ends."""
     from angpt.bench.firststeps import first_steps
@@ -279,9 +285,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
     runs: list[dict] = []
     times: list[float] = []  # measured seconds per step, any arm: the next run's estimate
     for arm, lr in spec["runs"]:
-        left = deadline - time.time()
-        estimate = (max(times) if times else 0.0) * spec["steps"] * 0.5  # a run that diverges stops early
-        if left <= 0 or estimate > left:
+        if not next_run_fits(times, spec["steps"], deadline - time.time()):
             runs.append({"arm": arm, "lr": lr, "status": "skipped: out of the step's time budget"})
             res.set("sweep", runs)
             continue
@@ -413,9 +417,10 @@ def step_race(cfg: dict, data: dict, sweep: list[dict], res: Results, work: Path
 
 # ------------------------------------------------------------------------------------------------ plan
 def measured_step_time(sw: dict, root: Path | None = None) -> tuple[float, str] | None:
-    """(median seconds per step, where) that an earlier loan's sweep measured at this sweep's shape (preset,
-    context, batch and micro-batch), from the newest `benchmarks/gpu-*/results.json` holding one; None if none does.
-    A measurement beats the plan's estimate at an assumed MFU (35% estimated 1.26 s/step where the H200 took 2.1)."""
+    """(slowest seconds per step, where) that an earlier loan's sweep measured at this sweep's shape (preset, context,
+    batch and micro-batch), from the newest `benchmarks/gpu-*/**/results.json` holding one; None if none does. The
+    slowest, as step_sweep estimates with it; a measurement beats the estimate at an assumed MFU (35% gave 1.26
+    s/step where the H200 took 2.1-2.3)."""
     shape = ("preset", "seq_len", "batch_tokens", "micro_batch")
     root = root or Path(__file__).resolve().parents[1]
     loaded = {}
@@ -426,25 +431,23 @@ def measured_step_time(sw: dict, root: Path | None = None) -> tuple[float, str] 
     for path, d in loaded.items():
         if [(d.get("settings") or {}).get("sweep", {}).get(k) for k in shape] != [sw.get(k) for k in shape]:
             continue
-        times = sorted(r["step_time"] for r in d.get("sweep") or [] if r.get("step_time"))
+        times = [r["step_time"] for r in d.get("sweep") or [] if r.get("step_time")]
         # A run of some steps only has no env of its own: the loan folder's first run names the GPU.
         first = loaded.get(root / path.relative_to(root).parts[0] / "results.json", {})
         gpu = next((e["gpu"] for e in (d.get("env"), first.get("env")) if e and e.get("gpu")), "an unnamed GPU")
         if times:
-            found.append(
-                (d.get("started", ""), times[len(times) // 2], f"{gpu} ({path.parent.relative_to(root.parent)})")
-            )
+            found.append((d.get("started", ""), max(times), f"{gpu} ({path.parent.relative_to(root.parent)})"))
     return max(found)[1:] if found else None
 
 
-def sweep_fit(seconds_per_run: float, runs: list, budget_s: float) -> tuple[list, list]:
-    """(runs that start, runs skipped) under step_sweep's rule, no run diverging: one starts while half of the last
-    run's time is left (a diverging run stops early), and the budget's end cuts it."""
-    left, started, skipped = float(budget_s), [], []
+def sweep_fit(step_s: float, steps: int, runs: list, budget_s: float) -> tuple[list, list]:
+    """(runs that start, runs skipped) of a sweep whose steps take `step_s`, none diverging, by step_sweep's rule."""
+    left, times, started, skipped = float(budget_s), [], [], []
     for run in runs:
-        if seconds_per_run * 0.5 <= left and left > 0:
+        if next_run_fits(times, steps, left):
             started.append(run)
-            left -= seconds_per_run
+            left -= step_s * steps
+            times.append(step_s)
         else:
             skipped.append(run)
     return started, skipped
@@ -501,7 +504,7 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
     measured = measured_step_time(sw)
     if measured is not None and sw["runs"]:
         step_s, where = measured
-        started, skipped = sweep_fit(step_s * sw["steps"], sw["runs"], sw["budget_s"])
+        started, skipped = sweep_fit(step_s, sw["steps"], sw["runs"], sw["budget_s"])
         names = ", ".join(f"{arm} @ {lr:g}" for arm, lr in skipped)
         lines.append(
             f"- sweep, measured: {step_s:.2f} s/step at this shape on {where}: {len(sw['runs'])} runs need "

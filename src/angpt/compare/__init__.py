@@ -139,7 +139,7 @@ def run_comparison(
     from angpt.compare.horizon import horizon as plan_horizon
     from angpt.compare.jobs import JOBS_FILE, choose_jobs, describe
     from angpt.compare.runner import cpu_cores
-    from angpt.compare.store import PLAN_FILE, check_report_dir, check_runs_current, report_lock, write_json
+    from angpt.compare.store import PLAN_FILE, check_store, report_lock, write_json
     from angpt.errors import UserError
 
     if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
@@ -148,9 +148,7 @@ def run_comparison(
         raise UserError("--jobs auto chooses the threads per job too: drop --threads, or give --jobs N")
     report_dir = Path(report_dir)
     command = command if command is not None else command_line()
-    changes = check_report_dir(plan, report_dir)
-    if changes is not None:
-        check_runs_current(plan, report_dir)
+    changes = check_store(plan, report_dir)
     hz = plan_horizon(plan)
     if hz.short and strict:
         raise UserError(f"--strict: {hz.message}")
@@ -300,7 +298,7 @@ def rewrite_report(
     from angpt.compare.horizon import horizon as plan_horizon
     from angpt.compare.jobs import JOBS_FILE
     from angpt.compare.report import write_stored_report
-    from angpt.compare.store import check_report_dir, report_lock
+    from angpt.compare.store import check_report_dir, drifted_runs, report_lock
     from angpt.compare.stored import load_plan
     from angpt.errors import UserError
 
@@ -332,6 +330,16 @@ def rewrite_report(
             rewritten_by=command if command is not None else command_line(),
             sample=sample,
             sample_tokens=sample_tokens,
+        )
+    try:
+        drifted = drifted_runs(stored_plan, report_dir)
+    except (UserError, OSError):  # the dataset has moved since the runs: nothing to compare against
+        drifted = []
+    if drifted:
+        print(
+            f"warning: {len(drifted)} runs in {report_dir} were trained with {drifted[0][1]} (e.g. {drifted[0][0]}): "
+            "the report describes those models, not what the same arms make today",
+            file=sys.stderr,
         )
     return Report(
         report_dir=report_dir,

@@ -10,8 +10,8 @@ from angpt.invocation import command_line
 DESCRIPTION = """\
 Train every arm at every token budget and seed (each budget a full run with its own cosine schedule), after a
 per-arm learning-rate sweep at the smallest budget, and write report.md, report.json and plots into --out.
-Re-running the same command skips finished runs and resumes interrupted ones (refused, in one line, where a default
-changed since the runs); an interrupted comparison leaves a PARTIAL report, and `angpt compare --out DIR
+Re-running the same command skips finished runs and resumes interrupted ones (refused, in one line, where a model
+default changed since the runs); an interrupted comparison leaves a PARTIAL report, and `angpt compare --out DIR
 --report-only` rewrites the report from DIR's runs. See docs/compare.md.
 
 arms: gpt (GPT+ without QK-norm), gpt+, ngpt, angpt, tokenformer, dyt, ln_scaling, ngpt_bounded; any arm takes

@@ -144,23 +144,39 @@ def check_report_dir(plan: Plan, report_dir: Path) -> list[str] | None:
     return None
 
 
-def check_runs_current(plan: Plan, report_dir: Path) -> None:
-    """UserError when a run stored in `report_dir` was trained with a model its recorded settings no longer make
-    (angpt.train.resume.model_drift): re-running would report it, or extend its arm with new runs, as today's arm."""
+def drifted_runs(plan: Plan, report_dir: Path) -> list[tuple[Path, str]]:
+    """(run directory, how) for each stored run of the plan's arms trained with a model its recorded settings no
+    longer make (angpt.train.resume.model_drift: a model default changed since)."""
     from angpt.data import load_meta
     from angpt.train.resume import model_drift
 
-    runs = sorted((report_dir / "runs").rglob("config.json")) if (report_dir / "runs").is_dir() else []
+    runs = [p for arm in plan.arms for p in sorted((report_dir / "runs" / arm.slug).rglob("config.json"))]
     if not runs:
-        return
+        return []
     meta = load_meta(plan.data)
-    for path in runs:
-        drift = model_drift(path.parent, meta)
-        if drift is not None:
-            raise UserError(
-                f"{path.parent} was trained with {drift}: a default changed since this comparison was made, so its "
-                "runs would be reported as today's; finish it with the angpt that made it, or use another --out"
-            )
+    return [(p.parent, drift) for p in runs if (drift := model_drift(p.parent, meta)) is not None]
+
+
+def check_runs_current(plan: Plan, report_dir: Path) -> None:
+    """UserError when a stored run of the plan's arms is another model today (drifted_runs): re-running would report
+    it, or extend its arm with new runs, as today's arm. Runs of arms the plan leaves out are not read."""
+    drifted = drifted_runs(plan, report_dir)
+    if drifted:
+        run, drift = drifted[0]
+        more = f" (and {len(drifted) - 1} more runs)" if len(drifted) > 1 else ""
+        raise UserError(
+            f"{run} was trained with {drift}{more}: a model default changed since this comparison was made, so its "
+            "runs would be reported as today's; finish it with the angpt that made it, or use another --out"
+        )
+
+
+def check_store(plan: Plan, report_dir: Path) -> list[str] | None:
+    """check_report_dir, then check_runs_current where the directory holds runs: what a comparison checks before it
+    trains anything (the scaling ladders and batch studies check every size's store with it up front)."""
+    changes = check_report_dir(plan, report_dir)
+    if changes is not None:
+        check_runs_current(plan, report_dir)
+    return changes
 
 
 def _difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str:

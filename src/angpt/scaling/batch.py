@@ -227,7 +227,7 @@ def run_batch_study(
     Returns (dry-run text or "", the report, its files). `dry_run` writes nothing."""
     from angpt.compare import run_comparison
     from angpt.compare.runner import cpu_cores
-    from angpt.compare.store import write_json
+    from angpt.compare.store import check_store, write_json
     from angpt.scaling.report import write_scaling_report
     from angpt.scaling.runner import check_out_dir, scaling_lock
 
@@ -237,6 +237,8 @@ def run_batch_study(
     out = Path(out)
     command = command if command is not None else command_line()
     exists = check_out_dir(out, BATCH_FILE, study.identity(), "batch-size study")
+    for b in study.batch_sizes:  # every store before the first trains (compare checks each again on reaching it)
+        check_store(study.plan_for(b), batch_dir(out, b))
     if dry_run:
         from angpt.scaling.estimate import describe_batch
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from angpt.compare.estimate import estimate_run_seconds, measure_step_times
 from angpt.compare.plan import Arm, Plan, format_lr, format_tokens
-from angpt.compare.store import check_report_dir, load_record
+from angpt.compare.store import check_store, load_record
 from angpt.compare.stored import Unfinished, settle_sweeps
 from angpt.compare.sweep import main_specs
 from angpt.scaling.collect import check_dir, size_dir
@@ -66,9 +66,10 @@ class _Stored:
 def _stored(plan: Plan, plan_dir: Path) -> _Stored | None:
     """What the store in `plan_dir` holds for `plan`, read by compare's own sweep rule; None when it has not started.
 
-    The store is checked as the run checks it (check_report_dir: UserError when it holds another plan), and read
+    The store is checked as the run checks it (check_store: UserError when it holds another plan or runs of a model
+    its arm no longer makes), and read
     with `plan`, which may extend the stored one (more budgets or seeds: not done)."""
-    if check_report_dir(plan, plan_dir) is None:
+    if check_store(plan, plan_dir) is None:
         return None
     try:
         plan, sweeps, runs = settle_sweeps(plan_dir, plan)

@@ -146,24 +146,25 @@ def transferred_lrs(sweeps: dict) -> dict[str, float]:
 
 
 def size_plans(ladder: Ladder, out: Path) -> tuple[list[Plan], bool]:
-    """Every size's compare plan, each store in `out` checked against it by compare's check_report_dir (and the
-    LR-transfer check's store against its plan), as each size's comparison checks it on reaching the size: a store
-    holding another plan, or a directory that is no compare report, is that one-line UserError before anything runs.
+    """Every size's compare plan, each store in `out` checked against it by compare's check_store (and the LR-transfer
+    check's store against its plan), as each size's comparison checks it on reaching the size: a store holding another
+    plan, runs a changed model default makes another model, or a directory that is no compare report, is that
+    one-line UserError before anything runs.
 
     With --lr-transfer the larger sizes fix the LRs the smallest size's store settled (UserError, as the run would
     say, when an arm diverged at every LR there). Until its sweep has finished they are unknown: a larger size's
     plan fixes its store's own one-point LRs in their place (every other key checked as the run checks it), and the
     run checks the real ones on reaching the size. Returns the plans and whether their LRs are known (no stand-ins).
     """
-    from angpt.compare.store import check_report_dir
+    from angpt.compare.store import check_store
     from angpt.compare.stored import Unfinished, settle_sweeps
     from angpt.scaling.collect import at_smallest
 
     first = ladder.size_plan(0)
-    check_report_dir(first, size_dir(out, ladder.sizes[0].name))
+    check_store(first, size_dir(out, ladder.sizes[0].name))
     transferred = None
     if ladder.lr_transfer:
-        check_report_dir(ladder.check_plan(), check_dir(out, ladder.sizes[1].name))
+        check_store(ladder.check_plan(), check_dir(out, ladder.sizes[1].name))
         try:
             _, sweeps, _ = settle_sweeps(size_dir(out, ladder.sizes[0].name), first)
             transferred = transferred_lrs(at_smallest(first, sweeps))
@@ -174,7 +175,7 @@ def size_plans(ladder: Ladder, out: Path) -> tuple[list[Plan], bool]:
         here = size_dir(out, size.name)
         lrs = (transferred or _stored_point_lrs(ladder, here)) if ladder.lr_transfer else None
         plans.append(ladder.size_plan(i, lrs))
-        check_report_dir(plans[-1], here)
+        check_store(plans[-1], here)
     return plans, transferred is not None or not ladder.lr_transfer
 
 

@@ -143,22 +143,28 @@ def check_resume(
     return notes
 
 
-def model_drift(run_dir: str | Path, data_meta: dict[str, Any] | None) -> str | None:
+def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
     """How the model a run directory was trained with (its config.json) differs from the one its own recorded run
-    config makes today, as `model.KEY=WAS (now NOW)`; None when they agree or nothing was trained there yet.
+    config makes today on a dataset with `data_meta`, as `model.KEY=WAS (now NOW)`; None when they agree, when nothing
+    was trained there yet, when config.json cannot be read (resuming such a run meets check_resume instead), and for
+    runs started from other weights (`init_from`: their model is the checkpoint's).
 
-    A default changed since the run (in the registry or a preset) is the usual cause: the same arm name and
-    settings now make another model, so a finished run must not be reported, or a sweep extended, as today's."""
+    A model default changed since the run (in the registry or a preset) is the usual cause: the same arm name and
+    settings now make another model, so a finished run must not be reported, or a sweep extended, as today's.
+    Train-side defaults (a recipe's weight decay or warm-up) are not compared."""
     path = Path(run_dir) / "config.json"
-    if not path.is_file():
+    try:
+        stored = json.loads(path.read_text())
+        cfg = run_config_from_dict(stored["run"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if cfg.init_from:
         return None
     from angpt.train.loop import resolve_model_config
 
     try:
-        stored = json.loads(path.read_text())
-        cfg = run_config_from_dict(stored["run"])
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        return f"an unreadable {path.name} ({type(e).__name__})"
-    now = resolve_model_config(cfg, data_meta)
+        now = resolve_model_config(cfg, data_meta)
+    except UserError as e:
+        return f"settings this angpt no longer builds ({e})"
     saved = _resolved(stored.get("model"))
     return None if saved == now.to_dict() else _model_diff(saved, now)
