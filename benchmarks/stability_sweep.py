@@ -107,18 +107,16 @@ def summarise(out: Path, arm: str, lr: float, steps: int, meta: dict) -> dict:
     }
 
 
-def grid(a: argparse.Namespace) -> list[tuple[str, float]]:
+def grid(a: argparse.Namespace, previous: dict) -> list[tuple[str, float]]:
     """(arm, lr) pairs of this invocation, then those of the report it replaces that it does not repeat."""
     pairs = [(arm, float(lr)) for arm in split_arms(a.arms) for lr in a.lrs.split(",")]
-    old = Path(a.out) / "report.json"
-    if old.is_file():
-        for r in json.loads(old.read_text()).get("runs", []):
-            if not any(arm == r["arm"] and math.isclose(lr, r["lr"]) for arm, lr in pairs):
-                pairs.append((r["arm"], float(r["lr"])))
+    for r in previous.get("runs", []):
+        if not any(arm == r["arm"] and math.isclose(lr, r["lr"]) for arm, lr in pairs):
+            pairs.append((r["arm"], float(r["lr"])))
     return pairs
 
 
-def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, seconds: float) -> dict:
+def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, previous: dict, seconds: float) -> dict:
     out = Path(a.out)
     runs = [summarise(out, arm, lr, a.steps, meta) for arm, lr in pairs]
     verdict = {}
@@ -148,7 +146,6 @@ def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, se
             "trained_with": stale,  # the verdict reads today's rows where there are any
         }
     command = " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-    previous = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
     rewritten_by = None
     if a.report_only and previous.get("command"):  # the command that trained the runs, not the one that re-read them
         rewritten_by, command, seconds = command, previous["command"], previous.get("seconds", seconds)
@@ -250,23 +247,28 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args()
-    pairs, meta = grid(a), load_meta(a.data)
+    out = Path(a.out)
+    previous = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
+    pairs, meta = grid(a, previous), load_meta(a.data)
     t0 = time.time()
     if not a.report_only:
-        mine = [(arm, float(lr)) for lr in a.lrs.split(",") for arm in split_arms(a.arms)]
-        for arm, lr in [(arm, lr) for arm, lr in pairs if arm in split_arms(a.arms)]:  # stored rates of these arms too
-            if drift := model_drift(run_dir(Path(a.out), arm, lr), meta):
+        arms = split_arms(a.arms)
+        # This invocation's arms at every stored rate too: a new rate must not train beside runs of another model.
+        stored = {(arm, lr): summarise(out, arm, lr, a.steps, meta) for arm, lr in pairs if arm in arms}
+        for (arm, lr), r in stored.items():
+            if r["trained_with"]:
                 print(
-                    f"stability_sweep: error: {run_dir(Path(a.out), arm, lr)} was trained with {drift}: {arm} makes "
-                    "another model today; use another --out (or name the arm with those settings)",
+                    f"stability_sweep: error: {run_dir(out, arm, lr)} was trained with {r['trained_with']}: {arm} "
+                    "makes another model today; use another --out (or name the arm with those settings)",
                     file=sys.stderr,
                 )
                 return 2
-        todo = [(arm, lr) for arm, lr in mine if summarise(Path(a.out), arm, lr, a.steps, meta)["status"] != "finished"]
+        mine = [(arm, float(lr)) for lr in a.lrs.split(",") for arm in arms]
+        todo = [pair for pair in mine if stored[pair]["status"] != "finished"]
         with cf.ThreadPoolExecutor(a.jobs) as pool:
             for arm, lr, rc in pool.map(lambda job: train_one(a, *job), todo):
                 print(f"{arm} @ {lr:g}: exit {rc}", flush=True)
-    data = report(a, pairs, meta, time.time() - t0)
+    data = report(a, pairs, meta, previous, time.time() - t0)
     print((Path(a.out) / "report.md").read_text())
     return 0 if data["runs"] else 1
 

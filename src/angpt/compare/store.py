@@ -157,10 +157,13 @@ def drifted_runs(plan: Plan, report_dir: Path) -> list[tuple[Path, str]]:
     return [(p.parent, drift) for p in runs if (drift := model_drift(p.parent, meta)) is not None]
 
 
-def check_runs_current(plan: Plan, report_dir: Path) -> None:
-    """UserError when a stored run of the plan's arms is another model today (drifted_runs): re-running would report
-    it, or extend its arm with new runs, as today's arm. Runs of arms the plan leaves out are not read."""
-    drifted = drifted_runs(plan, report_dir)
+def check_store(plan: Plan, report_dir: Path) -> list[str] | None:
+    """check_report_dir, then, where the directory holds runs, a UserError when a stored run of the plan's arms is
+    another model today (drifted_runs): re-running would report it, or extend its arm with new runs, as today's arm.
+    What a comparison checks before it trains anything; the scaling ladders and batch studies check every size's
+    store with it up front."""
+    changes = check_report_dir(plan, report_dir)
+    drifted = drifted_runs(plan, report_dir) if changes is not None else []
     if drifted:
         run, drift = drifted[0]
         more = f" (and {len(drifted) - 1} more runs)" if len(drifted) > 1 else ""
@@ -168,14 +171,6 @@ def check_runs_current(plan: Plan, report_dir: Path) -> None:
             f"{run} was trained with {drift}{more}: a model default changed since this comparison was made, so its "
             "runs would be reported as today's; finish it with the angpt that made it, or use another --out"
         )
-
-
-def check_store(plan: Plan, report_dir: Path) -> list[str] | None:
-    """check_report_dir, then check_runs_current where the directory holds runs: what a comparison checks before it
-    trains anything (the scaling ladders and batch studies check every size's store with it up front)."""
-    changes = check_report_dir(plan, report_dir)
-    if changes is not None:
-        check_runs_current(plan, report_dir)
     return changes
 
 

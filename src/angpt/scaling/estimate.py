@@ -67,8 +67,8 @@ def _stored(plan: Plan, plan_dir: Path) -> _Stored | None:
     """What the store in `plan_dir` holds for `plan`, read by compare's own sweep rule; None when it has not started.
 
     The store is checked as the run checks it (check_store: UserError when it holds another plan or runs of a model
-    its arm no longer makes), and read
-    with `plan`, which may extend the stored one (more budgets or seeds: not done)."""
+    its arm no longer makes), and read with `plan`, which may extend the stored one (more budgets or seeds: not
+    done)."""
     if check_store(plan, plan_dir) is None:
         return None
     try:

@@ -70,8 +70,12 @@ def _recipe_value(key: str, value: Any, arch: str) -> tuple[Any, str]:
     return value, ""
 
 
-def _model_diff(saved: Any, mcfg: ModelConfig) -> str:
-    """The fields that differ, as `model.KEY=WAS (now NOW)`, at most four."""
+def model_difference(saved: Any, mcfg: ModelConfig) -> str | None:
+    """How a saved model config (fields added since it was written take their defaults) differs from `mcfg`: the
+    fields as `model.KEY=WAS (now NOW)`, at most four; None when they agree."""
+    saved = _resolved(saved)
+    if saved == mcfg.to_dict():
+        return None
     if not isinstance(saved, dict):
         return "the checkpoint's model config is unreadable"
     now = mcfg.to_dict()
@@ -92,10 +96,9 @@ def check_resume(
     resolved compute dtype); else the changes applied."""
     saved = state.get("run_config") or {}
     saved_train = saved.get("train") or {}
-    saved_model = _resolved(state.get("model_config"))
-    if saved_model != mcfg.to_dict():
+    if (difference := model_difference(state.get("model_config"), mcfg)) is not None:
         raise UserError(
-            f"checkpoint {path} was trained with a different model config ({_model_diff(saved_model, mcfg)}); "
+            f"checkpoint {path} was trained with a different model config ({difference}); "
             "resume with the run's --arch, --preset and model settings, or use a new --out"
         )
     # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
@@ -166,5 +169,4 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
         now = resolve_model_config(cfg, data_meta)
     except UserError as e:
         return f"settings this angpt no longer builds ({e})"
-    saved = _resolved(stored.get("model"))
-    return None if saved == now.to_dict() else _model_diff(saved, now)
+    return model_difference(stored.get("model"), now)
