@@ -51,6 +51,20 @@ def test_paper_recipes_are_shipped():
         assert "angpt prepare --source hf:cerebras/SlimPajama-627B --tokenizer hf:EleutherAI/gpt-neox-20b" in text
 
 
+def test_recipes_doc_states_each_paper_recipes_rate():
+    """docs/recipes.md's table gives the peak rate of each shipped paper recipe, in its column order."""
+    table = (ROOT / "docs" / "recipes.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| | GPT+ 0.5B"))
+    row = next(line for line in table.splitlines() if line.startswith("| peak LR |"))
+    files = {"GPT+": "gptplus", "nGPT": "ngpt", "anGPT": "angpt"}
+    columns = [c.strip() for c in header.strip("|").split("|")][1:7]
+    rates = [c.strip() for c in row.strip("|").split("|")][1:7]
+    for column, rate in zip(columns, rates, strict=True):
+        arch, size = column.split()
+        cfg = load_run_config(PAPER / f"{files[arch]}-{size}.yaml")
+        assert cfg.train.lr == pytest.approx(float(rate), rel=1e-9), (column, rate, cfg.train.lr)
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_shipped_recipe_dry_runs_offline_fast_with_the_true_parameter_count(path, capsys):
     where = ["--dry-run-gpus", "1", "--dry-run-gpu", "cpu"] if path.parent.name == "configs" else []  # demos: CPU

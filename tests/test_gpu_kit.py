@@ -30,6 +30,7 @@ def smoke(tmp_path_factory):
 def test_smoke_runs_every_step_and_writes_its_results(smoke):
     out, d = smoke
     assert [t["step"] for t in d["timeline"]] == ["data", "env", "speed", "sweep", "race"]
+    assert d["device"] == "cpu"  # recorded at start, so a loan that runs some steps only still names its machine
     assert all(t["status"] == "done" for t in d["timeline"]), d["timeline"]
     assert d["env"]["compile"] == "works" and d["env"]["bf16_matmul_tflops"] > 0
     rows = d["speed"][0]["rows"]
@@ -110,6 +111,16 @@ def test_the_plan_uses_the_step_time_an_earlier_loan_measured_at_the_same_shape(
     root = tmp_path / "benchmarks"
     assert kit_module.measured_step_time(shape, root) == (3.0, "NVIDIA X (benchmarks/gpu-2026-01-01-X/screen)")
     assert kit_module.measured_step_time({**shape, "micro_batch": 16}, root) is None
+    # A loan of partial runs only (no env step): the device the run recorded at start names the GPU, else the
+    # loan folder's name.
+    later = root / "gpu-2026-01-02-Y" / "short"
+    later.mkdir(parents=True)
+    (later / "results.json").write_text(json.dumps({**screen, "started": "2026-01-02", "device": "NVIDIA Y"}))
+    assert kit_module.measured_step_time(shape, root) == (3.0, "NVIDIA Y (benchmarks/gpu-2026-01-02-Y/short)")
+    last = root / "gpu-2026-01-03-Z" / "short"
+    last.mkdir(parents=True)
+    (last / "results.json").write_text(json.dumps({**screen, "started": "2026-01-03"}))
+    assert kit_module.measured_step_time(shape, root) == (3.0, "Z (benchmarks/gpu-2026-01-03-Z/short)")
     # step_sweep's rule (next_run_fits): the first run starts; the next while half a run's time is left.
     assert kit_module.sweep_fit(2.315, 200, ["a", "b", "c", "d"], 1000) == (["a", "b"], ["c", "d"])
     assert kit_module.sweep_fit(2.0, 200, ["a", "b", "c"], 1000) == (["a", "b", "c"], [])
@@ -120,4 +131,5 @@ def test_the_plan_uses_the_step_time_an_earlier_loan_measured_at_the_same_shape(
         text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
     )
-    assert re.search(r"measured: 2\.\d\d s/step at this shape on NVIDIA H200 .*: 4 runs need \d+ s; within", res.stdout)
+    measured = r"measured: 2\.\d\d s/step at this shape on (NVIDIA )?H[12]00 .*: 4 runs need \d+ s; within"
+    assert re.search(measured, res.stdout), res.stdout

@@ -432,9 +432,12 @@ def measured_step_time(sw: dict, root: Path | None = None) -> tuple[float, str] 
         if [(d.get("settings") or {}).get("sweep", {}).get(k) for k in shape] != [sw.get(k) for k in shape]:
             continue
         times = [r["step_time"] for r in d.get("sweep") or [] if r.get("step_time")]
-        # A run of some steps only has no env of its own: the loan folder's first run names the GPU.
-        first = loaded.get(root / path.relative_to(root).parts[0] / "results.json", {})
-        gpu = next((e["gpu"] for e in (d.get("env"), first.get("env")) if e and e.get("gpu")), "an unnamed GPU")
+        # A run of some steps only has no env of its own: the device it recorded at start, else the loan folder's
+        # first run, else the folder's name (gpu-DATE-GPU) names the GPU.
+        loan = path.relative_to(root).parts[0]
+        first = loaded.get(root / loan / "results.json", {})
+        named = [e.get("gpu") for e in (d.get("env"), first.get("env")) if e] + [d.get("device"), first.get("device")]
+        gpu = next((g for g in named if g), loan.split("-")[-1] if loan.count("-") >= 4 else "an unnamed GPU")
         if times:
             found.append((d.get("started", ""), max(times), f"{gpu} ({path.parent.relative_to(root.parent)})"))
     return max(found)[1:] if found else None
@@ -556,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
     work.mkdir(parents=True, exist_ok=True)
     res = Results(out, profile, cfg)
-    res.write()
+    res.set("device", torch.cuda.get_device_name(0) if cfg["device"] == "cuda" and torch.cuda.is_available() else "cpu")
     deadline = res.started + cfg["deadline_s"]
     torch.backends.cuda.matmul.allow_tf32 = True  # the fp32 paths (constants, norms) as a GPU user runs them
     data = None
