@@ -40,8 +40,18 @@ def holm_adjusted(report: dict, label: str, budget_index: int) -> float:
     return adjusted[(label, budget_index % n)]
 
 
+def load_report(path: Path):
+    """A JSON report, or a JSON-lines file as the list of its records (benchmarks/paper_batch_proxy.py's runs)."""
+    text = path.read_text()
+    return (
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+        if path.suffix == ".jsonl"
+        else json.loads(text)
+    )
+
+
 def value_of(figure: dict) -> float:
-    report = json.loads((ROOT / figure["report"]).read_text())
+    report = load_report(ROOT / figure["report"])
     if "holm" in figure:
         v = holm_adjusted(report, figure["holm"]["arm"], figure["holm"]["budget"])
     elif "points_below" in figure:
