@@ -41,7 +41,7 @@ def holm_adjusted(report: dict, label: str, budget_index: int) -> float:
 
 
 def load_report(path: Path):
-    """A JSON report, or a JSON-lines file as the list of its records (benchmarks/paper_batch_proxy.py's runs)."""
+    """A JSON report, or a JSON-lines file as the list of its records (benchmarks/paper-batch-proxy-cpu)."""
     text = path.read_text()
     return (
         [json.loads(line) for line in text.splitlines() if line.strip()]
