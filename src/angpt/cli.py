@@ -126,6 +126,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         evaluators.append(task_evaluator(cfg))
     result = train(cfg, evaluators)
+    from angpt.train.dist import finish_distributed
+
+    finish_distributed()  # every rank leaves together (a stop or the end; an error exits through torchrun)
     # A run stopped by a signal exits 128 + its number (130 SIGINT, 143 SIGTERM), as the shell reports a killed
     # process, so `angpt train ... && angpt export ...` does not export a half-trained model; train.stop_at exits 0.
     sig = getattr(result, "signal", None) if result.status == "interrupted" else None

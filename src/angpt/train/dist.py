@@ -67,6 +67,18 @@ def init_distributed(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world, local, dev)
 
 
+def finish_distributed() -> None:
+    """Leave the process group together, then close it (a no-op in a single process).
+
+    Ranks that reach interpreter exit a fraction of a second apart, with gloo's connections still open, can abort
+    the slower one ("terminate called without an active exception", SIGABRT): measured 4 in 30 two-rank exits
+    0.05-0.2 s apart, none with this barrier and close.
+    """
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def parallelize(
     model: nn.Module, info: DistInfo, mode: str = "ddp", *, dtype: str = "fp32", activation_checkpointing: bool = False
 ) -> nn.Module:
