@@ -39,6 +39,7 @@ def test_smoke_runs_every_step_and_writes_its_results(smoke):
     for run in d["sweep"]:
         assert run["status"] == "finished" and len(run["records"]) == 4
         assert all(len(r["residual_norms"]) == 2 and r["grad_norm"] > 0 for r in run["records"])
+    assert d["sweep"][-1]["records"][0]["note"].startswith("nu_att calibrated at step 0")  # the trainer's hook ran
     raced = d["race"]["arms"]
     assert [a["arm"] for a in raced] == ["gpt+", "ngpt", "angpt"]
     assert all(a["status"] == "finished" and a["val_loss"] > 0 and a["curve"] for a in raced)

@@ -91,6 +91,23 @@ def test_first_steps_stop_a_diverging_run_at_once():
     assert all(len(r["residual_norms"]) == 2 for r in ok.records)  # the tiny preset's two layers
 
 
+def test_first_steps_run_the_architectures_hook_as_the_trainer_does():
+    """`nu_att: calibrated` measures before its step in the first-steps runs too (the kit screens it): at step 0 on
+    the side batches, recorded in the first step's note; its first gradient differs from `dense`'s (which measures
+    nothing)."""
+    probe = torch.randint(0, 256, (1, 32))
+    side = zipf_batches(256, 4, 32, seed=7)
+    common = dict(preset="tiny", lr=1e-3, steps=2, probe=probe, batch_tokens=128, context_length=32)
+    arm = "angpt[nu_att=calibrated,nu_att_calibrate_at=0]"
+    run = first_steps(arm, next_batch=zipf_batches(256, 4, 32), side_batches=lambda n: [side()[0] for _ in range(n)],
+                      **common)  # fmt: skip
+    dense = first_steps("angpt[nu_att=dense]", next_batch=zipf_batches(256, 4, 32), **common)
+    assert run.records[0]["note"].startswith("nu_att calibrated at step 0") and "note" not in run.records[1]
+    assert run.records[0]["grad_norm"] != dense.records[0]["grad_norm"]  # 0.19518 and 0.19536
+    with pytest.raises(ValueError, match="side_batches"):
+        first_steps(arm, next_batch=zipf_batches(256, 4, 32), **common)
+
+
 def tiny_run(data_dir, out, **model):
     overrides = [
         ("arch", "angpt"),

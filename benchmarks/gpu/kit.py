@@ -290,6 +290,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
             res.set("sweep", runs)
             continue
         loader = TokenLoader(data["dir"], "train", micro, T, seed=0)
+        side = TokenLoader(data["dir"], "train", micro, T, seed=1_000_003)  # the trainer's, for nu_att calibrated
         slot = len(runs)
         runs.append({"arm": arm, "lr": lr, "status": "starting"})
 
@@ -312,6 +313,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
                 stop_factor=spec["stop_factor"],
                 deadline=deadline,
                 on_step=publish,
+                side_batches=lambda n, side=side: [side.next_batch()[0] for _ in range(n)],
                 vocab_size=data["vocab_size"],
                 context_length=T,
             )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from angpt.models import build_model, inspect_norms
+from angpt.models import build_model, inspect_norms, registry
 from angpt.train.optim import make_optimizer
 from angpt.train.step import Batch, TrainStep, autocast, synchronize
 
@@ -118,6 +118,17 @@ def _clean(x: float) -> float:
     return float(f"{x:.5g}") if math.isfinite(x) else x
 
 
+def _side(side_batches: Callable[[int], list[torch.Tensor]] | None, arm: str, dev: torch.device):
+    """The hook's batches on `dev`, or an error naming what is missing when the caller gave none."""
+
+    def batches(n: int) -> list[torch.Tensor]:
+        if side_batches is None:
+            raise ValueError(f"arm {arm!r} measures on training batches before a step: pass side_batches")
+        return [x.to(dev) for x in side_batches(n)]
+
+    return batches
+
+
 def first_steps(
     arm: str,
     preset: str,
@@ -135,6 +146,7 @@ def first_steps(
     deadline: float | None = None,
     max_steps: int | None = None,
     on_step: Callable[[FirstSteps], None] | None = None,
+    side_batches: Callable[[int], list[torch.Tensor]] | None = None,
     **model: Any,
 ) -> FirstSteps:
     """Train `arm` (as `angpt compare` writes arms: ``angpt``, ``angpt[s_z_init=16]``, with train keys such as
@@ -145,6 +157,9 @@ def first_steps(
     ``||h||`` on `probe` (token ids [B, T], in eval mode). It stops as "diverged" at a non-finite loss or gradient
     norm, or a loss above `stop_factor` times the first step's, and as "out of time" past `deadline`
     (time.time()). `on_step` is called after every step (to write results as they come).
+
+    The architecture's hook runs before every step as in the trainer (``nu_att: calibrated`` measures there, on
+    `side_batches(n)`: n training token-id batches apart from `next_batch`'s stream); its note goes in the record.
     """
     from angpt.compare.plan import parse_arm
 
@@ -159,9 +174,11 @@ def first_steps(
     step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip)
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)
+    before_step = registry.of(net).before_step
     start = time.time()
     first_loss = None
     for step in range(1, steps + 1):
+        note = before_step(net, step - 1, max_steps or steps, _side(side_batches, arm, dev)) if before_step else None
         synchronize(dev)
         t0 = time.perf_counter()
         loss = float(step_fn.accumulate(next_batch))
@@ -172,7 +189,7 @@ def first_steps(
         synchronize(dev)
         dt = time.perf_counter() - t0
         record: dict[str, Any] = {"step": step, "loss": _clean(loss), "grad_norm": _clean(grad)}
-        record.update(lr=_clean(sched.get_last_lr()[0]), step_time=_clean(dt))
+        record.update(lr=_clean(sched.get_last_lr()[0]), step_time=_clean(dt), **({"note": note} if note else {}))
         if healthy:
             with torch.no_grad(), autocast(dev, dtype):
                 norms = inspect_norms(net.eval(), probe)
