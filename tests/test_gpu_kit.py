@@ -40,6 +40,8 @@ def test_smoke_runs_every_step_and_writes_its_results(smoke):
         assert run["status"] == "finished" and len(run["records"]) == 4
         assert all(len(r["residual_norms"]) == 2 and r["grad_norm"] > 0 for r in run["records"])
     assert d["sweep"][-1]["records"][0]["note"].startswith("nu_att calibrated at step 0")  # the trainer's hook ran
+    # schedule_steps 1000: anGPT's 4th step runs at its peak rate, not at the end of a 4-step cosine
+    assert d["sweep"][0]["records"][-1]["lr"] == pytest.approx(1e-3, rel=1e-3)
     raced = d["race"]["arms"]
     assert [a["arm"] for a in raced] == ["gpt+", "ngpt", "angpt"]
     assert all(a["status"] == "finished" and a["val_loss"] > 0 and a["curve"] for a in raced)

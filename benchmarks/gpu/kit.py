@@ -313,6 +313,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
                 stop_factor=spec["stop_factor"],
                 deadline=deadline,
                 on_step=publish,
+                max_steps=spec.get("schedule_steps"),  # the LR schedule's length (default: the steps run)
                 side_batches=lambda n, side=side: [side.next_batch()[0] for _ in range(n)],
                 vocab_size=data["vocab_size"],
                 context_length=T,
