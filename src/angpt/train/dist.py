@@ -75,7 +75,10 @@ def finish_distributed() -> None:
     0.05-0.2 s apart, none with this barrier and close.
     """
     if dist.is_initialized():
-        dist.barrier()
+        if dist.get_backend() == "nccl":  # NCCL's barrier names this rank's GPU (else it guesses, and warns)
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
         dist.destroy_process_group()
 
 
