@@ -275,6 +275,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
     """The first steps of each (arm, lr) at the paper's batch, in the settings' order, until the budget ends."""
     from angpt.bench.firststeps import first_steps
     from angpt.data import TokenLoader
+    from angpt.train.loop import SIDE_SEED
 
     spec = cfg["sweep"]
     T, micro = spec["seq_len"], spec["micro_batch"]
@@ -290,7 +291,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
             res.set("sweep", runs)
             continue
         loader = TokenLoader(data["dir"], "train", micro, T, seed=0)
-        side = TokenLoader(data["dir"], "train", micro, T, seed=1_000_003)  # the trainer's, for nu_att calibrated
+        side = TokenLoader(data["dir"], "train", micro, T, seed=SIDE_SEED)  # the trainer's, for nu_att calibrated
         slot = len(runs)
         runs.append({"arm": arm, "lr": lr, "status": "starting"})
 

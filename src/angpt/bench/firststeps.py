@@ -174,11 +174,11 @@ def first_steps(
     step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip)
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)
-    before_step = registry.of(net).before_step
+    before_step, side = registry.of(net).before_step, _side(side_batches, arm, dev)
     start = time.time()
     first_loss = None
     for step in range(1, steps + 1):
-        note = before_step(net, step - 1, max_steps or steps, _side(side_batches, arm, dev)) if before_step else None
+        note = before_step(net, step - 1, max_steps or steps, side) if before_step else None
         synchronize(dev)
         t0 = time.perf_counter()
         loss = float(step_fn.accumulate(next_batch))

@@ -380,7 +380,7 @@ class Trainer:
         every rank, so the training stream (and thus the data order every arm shares) is untouched."""
         from angpt.data import TokenLoader
 
-        side = TokenLoader(self.cfg.data, "train", self.tc.micro_batch, self.T, seed=self.tc.seed + 1_000_003)
+        side = TokenLoader(self.cfg.data, "train", self.tc.micro_batch, self.T, seed=self.tc.seed + SIDE_SEED)
         return [side.next_batch()[0].to(self.info.device) for _ in range(n)]
 
     def health(self) -> dict[str, float]:
@@ -610,6 +610,7 @@ class Trainer:
         )
 
 
+SIDE_SEED = 1_000_003  # added to the run's seed: the loader of the batches an architecture's hook measures on
 EPOCHS_WARNING = 4  # a run that reads its data more often than this is warned that it will overfit
 
 
