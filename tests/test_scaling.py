@@ -1048,3 +1048,35 @@ def test_an_arm_whose_every_sweep_run_diverged_at_a_size_is_a_warning_not_a_sile
         f"angpt at {big}: every run at LR 0.032 diverged, so it has no points at this size "
         "(the transferred LR is unstable at this size: tune per size)"
     ]
+
+
+def test_a_batch_study_checks_every_batch_sizes_store_before_the_first_trains(data_dir, tmp_path, monkeypatch):
+    """The smallest batch's store is a finished comparison; the largest's holds runs but no plan.json. The dry run
+    and the run both refuse with the same one-line UserError naming the largest's directory, before the first
+    batch size's comparison starts and before the study's file is written."""
+    import shutil
+
+    import angpt.compare
+    from angpt.scaling import make_batch_study, run_batch_study
+    from angpt.scaling.batch import BATCH_FILE, batch_dir
+
+    kw = {k: v for k, v in TINY.items() if k != "batch_tokens"}
+    study = make_batch_study(data_dir, arms=["gpt+"], batch_sizes=[256, 512], tokens=2048, **kw)
+    out = tmp_path / "study"
+    _fake_store(study.plan_for(256), batch_dir(out, 256))
+    _fake_store(study.plan_for(512), tmp_path / "elsewhere")
+    shutil.copytree(tmp_path / "elsewhere" / "runs", batch_dir(out, 512) / "runs")
+
+    def no_batch_runs(plan, report_dir, **kw):
+        raise AssertionError(f"{report_dir} ran before every batch size's store was checked")
+
+    monkeypatch.setattr(angpt.compare, "run_comparison", no_batch_runs)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with pytest.raises(UserError) as dry:
+        run_batch_study(study, out, threads=1, dry_run=True)
+    with pytest.raises(UserError) as real:
+        run_batch_study(study, out, threads=1, progress=False)
+    want = f"{batch_dir(out, 512)} exists and is not an angpt compare report (no plan.json)"
+    assert str(dry.value) == str(real.value) and str(real.value).startswith(want), str(real.value)
+    assert not (out / BATCH_FILE).exists()
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing trained, nothing written
