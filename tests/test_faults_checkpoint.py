@@ -290,6 +290,38 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(model, tmp_path, 
     ckpt.verify_checkpoint(prev)
 
 
+def test_the_real_writers_failure_is_the_same_one_line_error(model, tmp_path, monkeypatch):
+    """safetensors raises its own SafetensorError (no OSError; the errno only in its message) when the disk fills:
+    the exact exception a full disk gave during a 300-step sweep (2026-11-26) is the same one-line "disk full" as an
+    OSError. And the real writer, made to fail by a file-size limit (EFBIG), is a one-line CheckpointError that keeps
+    the previous checkpoint, not a traceback."""
+    import resource
+
+    from safetensors import SafetensorError
+
+    prev = save(tmp_path, 10, model, keep_last=1)
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(CheckpointError) as e:
+        save(tmp_path, 20, model, keep_last=1)
+    one_line(e, "disk full", "step 20", "No space left on device")
+    monkeypatch.undo()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # CPython ignores SIGXFSZ: the write fails with EFBIG
+    try:
+        with pytest.raises(CheckpointError) as e:
+            save(tmp_path, 30, model, keep_last=1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    one_line(e, "could not write checkpoint step 30", "File too large", "previous checkpoints are kept")
+    assert steps(tmp_path) == ["step_000010"]
+    ckpt.verify_checkpoint(prev)
+
+
 # ----------------------------------------------------------------------------- 6. leftovers of a killed save
 def test_clean_stale_tmp_removes_leftovers_of_a_killed_save(model, tmp_path):
     out = tmp_path
@@ -394,3 +426,27 @@ def test_re_export_failing_while_moving_files_restores_the_previous_export(model
     assert len(calls) >= 12
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_export_on_a_full_disk_is_one_line_and_keeps_the_previous_export(model, tok_dir, tmp_path, monkeypatch, capsys):
+    """`angpt export` when safetensors' writer meets a full disk (its own SafetensorError, as a real one raised it):
+    exit 2, one line naming the cause, the previous export byte for byte, no temporary folder left."""
+    from safetensors import SafetensorError
+
+    path = ckpt.save_weights_checkpoint(
+        tmp_path / "ckpt", model.state_dict(), {"model_config": model.config.to_dict()}, tokenizer_dir=tok_dir
+    )
+    out = tmp_path / "hf"
+    assert main(["export", str(path), str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    assert main(["export", str(path), str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not write the export" in err[0] and "No space left on device" in err[0], err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "hf"]

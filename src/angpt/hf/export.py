@@ -322,9 +322,9 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
 
 
 def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
+    from angpt.train.checkpoint import save_safetensors
 
-    save_file(sd, str(path), metadata={"format": "pt"})  # "pt": transformers refuses files without it
+    save_safetensors(sd, path)  # a write failure (a full disk) is an OSError, as every other file's here
 
 
 def _save_generation_config(folder: Path, eos: int | None, context_length: int) -> None:

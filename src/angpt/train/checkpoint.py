@@ -217,11 +217,9 @@ def _write_files(
 ) -> None:
     """The files of one checkpoint in `folder` (trainer.pt only with a trainer state), each hashed into state.json's
     "files" as it is written, then every file fsynced."""
-    import safetensors.torch
-
     files: dict[str, str] = {}
     tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model_state.items()}
-    safetensors.torch.save_file(tensors, str(folder / MODEL_FILE), metadata={"format": "pt"})
+    save_safetensors(tensors, folder / MODEL_FILE)
     del tensors
     files[MODEL_FILE] = file_sha256(folder / MODEL_FILE)  # the writer is native code: hash what it wrote
     if trainer_state is not None:
@@ -237,6 +235,23 @@ def _write_files(
     for f in folder.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """safetensors' save_file (metadata "pt", which transformers requires), its write failures raised as OSError
+    with their errno. The library raises its own SafetensorError, which is no OSError and names the errno only in its
+    message ("I/O error: No space left on device (os error 28)"), so a full disk would otherwise escape the callers'
+    handling of one."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    try:
+        safetensors.torch.save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as e:
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
 
 
 def save_weights_checkpoint(
