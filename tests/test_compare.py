@@ -420,6 +420,38 @@ def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys)
     assert rc == 0 and not out.exists()
     assert "angpt[nu_att=sqrt_pos]" in text and "estimated time" in text and "s/step" in text
     assert "4 steps" in text and "8 steps" in text
+    # Sweeps on the tuning seed (1000): no reported seed reuses a sweep run. In the older design (--tuning-seed
+    # none) the first seed's run at the chosen LR is the sweep's best run.
+    seeds_lines = [line.split(maxsplit=1)[1] for line in text.splitlines() if "seed(s) at its chosen LR" in line]
+    assert seeds_lines == ["2 seed(s) at its chosen LR"] * 4, seeds_lines
+    assert "sweep lr" in text and "(seed 1000)" in text
+    rc = cli(
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--arms",
+        "gpt+",
+        "--budgets",
+        "2048",
+        "--seeds",
+        "0,1",
+        "--preset",
+        "tiny",
+        "--batch-tokens",
+        "512",
+        "--lr-grid",
+        "1,2",
+        "--eval-batches",
+        "2",
+        "--threads",
+        "1",
+        "--tuning-seed",
+        "none",
+        "--dry-run",
+    )
+    text = capsys.readouterr().out
+    assert rc == 0 and "(seed 0)" in text and "2 seed(s) at its chosen LR (one is the sweep's best run)" in text
 
 
 def test_a_comparison_run_from_main_records_mains_argv(data_dir, tmp_path, monkeypatch):

@@ -151,7 +151,7 @@ def describe_dry_run(
             dr.main += [(a.label, b, s) for s in seeds]
             lines.append(
                 f"  {a.label:<24} {len(plan.seeds)} seed(s) at its chosen LR"
-                + (" (one is the sweep's best run)" if plan.tunes_at(a, b) else "")
+                + (" (one is the sweep's best run)" if len(seeds) < len(plan.seeds) else "")
             )
     checked = [a for a in plan.arms if checks_lr(plan, a)]
     if checked:
