@@ -393,29 +393,9 @@ def test_parallel_jobs_give_the_same_runs(data_dir, tmp_path, compared):
 
 def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys):
     out = tmp_path / "dry"
-    rc = cli(
-        "--data",
-        data_dir,
-        "--out",
-        out,
-        "--arms",
-        "gpt+,angpt[nu_att=sqrt_pos]",
-        "--budgets",
-        "2048,4096",
-        "--seeds",
-        "0,1",
-        "--preset",
-        "tiny",
-        "--batch-tokens",
-        "512",
-        "--lr-grid",
-        "1,2",
-        "--eval-batches",
-        "2",
-        "--threads",
-        "1",
-        "--dry-run",
-    )
+    common = ["--data", data_dir, "--out", out, "--seeds", "0,1", "--preset", "tiny", "--batch-tokens", "512"]
+    common += ["--lr-grid", "1,2", "--eval-batches", "2", "--threads", "1", "--dry-run"]
+    rc = cli(*common, "--arms", "gpt+,angpt[nu_att=sqrt_pos]", "--budgets", "2048,4096")
     text = capsys.readouterr().out
     assert rc == 0 and not out.exists()
     assert "angpt[nu_att=sqrt_pos]" in text and "estimated time" in text and "s/step" in text
@@ -425,31 +405,7 @@ def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys)
     seeds_lines = [line.split(maxsplit=1)[1] for line in text.splitlines() if "seed(s) at its chosen LR" in line]
     assert seeds_lines == ["2 seed(s) at its chosen LR"] * 4, seeds_lines
     assert "sweep lr" in text and "(seed 1000)" in text
-    rc = cli(
-        "--data",
-        data_dir,
-        "--out",
-        out,
-        "--arms",
-        "gpt+",
-        "--budgets",
-        "2048",
-        "--seeds",
-        "0,1",
-        "--preset",
-        "tiny",
-        "--batch-tokens",
-        "512",
-        "--lr-grid",
-        "1,2",
-        "--eval-batches",
-        "2",
-        "--threads",
-        "1",
-        "--tuning-seed",
-        "none",
-        "--dry-run",
-    )
+    rc = cli(*common, "--arms", "gpt+", "--budgets", "2048", "--tuning-seed", "none")
     text = capsys.readouterr().out
     assert rc == 0 and "(seed 0)" in text and "2 seed(s) at its chosen LR (one is the sweep's best run)" in text
 
