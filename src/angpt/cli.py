@@ -221,10 +221,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from angpt.hf.export import export_hf
 
     model, tokenizer = _load(args.checkpoint)
-    try:
-        out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format)
-    except OSError as e:  # a full disk: export_hf removed its temporary folder and kept a previous export as it was
-        raise UserError(f"could not write the export to {args.out} ({e.strerror or e}); nothing there changed") from e
+    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format)
     print(f"exported {model.config.arch} to {out} (load with transformers' AutoModelForCausalLM)")
     return 0
 

@@ -176,6 +176,8 @@ def export_hf(
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n", encoding="utf-8")
         _move_into_place(tmp, out)
+    except OSError as e:  # a full disk: as a checkpoint's write failure, one line (the previous export stands)
+        raise CheckpointError(f"could not write the export to {out} ({e.strerror or e}); nothing there changed") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

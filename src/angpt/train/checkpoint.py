@@ -248,10 +248,11 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None
     try:
         safetensors.torch.save_file(tensors, str(path), metadata={"format": "pt"})
     except SafetensorError as e:
-        code = re.search(r"\(os error (\d+)\)", str(e))
-        if code is None:
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if found is None:
             raise
-        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from e
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from e
 
 
 def save_weights_checkpoint(
