@@ -5,7 +5,8 @@
 
 Every (arm, lr) is one `angpt train` run (the trainer a user runs, its recipe: no warm-up for anGPT, 5% for GPT+)
 logging every step, in OUT/runs/<arm>/lr<lr>, resumed with `--resume auto` when the sweep is run again (run it under
-nohup; re-run to continue). Then OUT/report.json and OUT/report.md: per run the final validation loss, the mean
+nohup; re-run to continue). A finished run's checkpoints are deleted unless `--keep-checkpoints` (one is kept
+while it runs, for the resume). Then OUT/report.json and OUT/report.md: per run the final validation loss, the mean
 training loss of the last 10 steps, and whether it trained without a spike (after step 5 the loss never exceeds 1.3x
 its running minimum; no pre-clip gradient norm exceeds 100x the run's median: angpt.bench.firststeps.stability);
 per arm the best rate and whether it and half of it are stable. `--report-only` rewrites the report from the runs
@@ -25,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +62,8 @@ def train_one(a: argparse.Namespace, arm: str, lr: float) -> tuple[str, float, i
         "train.eval_every": a.eval_every,
         "train.eval_batches": a.eval_batches,
         "train.save_every": a.save_every,
+        "train.keep_last": 1,  # a resume needs the newest only: at gpt2-small each is 1.5 GB
+        "train.keep_best": a.keep_checkpoints,
         "train.dtype": a.dtype,
         "train.seed": a.seed,
         "train.progress": False,
@@ -72,6 +76,11 @@ def train_one(a: argparse.Namespace, arm: str, lr: float) -> tuple[str, float, i
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    rows = read_metrics(run_dir(Path(a.out), arm, lr))
+    steps = max((r["step"] for r in rows if "loss" in r), default=0)
+    finished = steps >= a.steps and not any("error" in r for r in rows)
+    if rc == 0 and finished and not a.keep_checkpoints:
+        shutil.rmtree(run_dir(Path(a.out), arm, lr) / "checkpoints", ignore_errors=True)  # the sweep reads metrics
     return arm, lr, rc
 
 
@@ -245,6 +254,12 @@ def main() -> int:
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep a finished run's last and best checkpoints (by default deleted once it finishes: 1.5 GB each at "
+        "gpt2-small, and a sweep reads only metrics)",
+    )
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args()
     out = Path(a.out)

@@ -33,7 +33,8 @@ def test_matmul_peak_is_a_rate():
 
 
 def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_other_defaults(data_dir, tmp_path):
-    """benchmarks/stability_sweep.py: a second invocation with another arm keeps the first one's rows; a stored run
+    """benchmarks/stability_sweep.py: a second invocation with another arm keeps the first one's rows (and deletes a
+    finished run's checkpoints unless told to keep them); a stored run
     whose arm now makes another model (here: written with anGPT's alpha at speed 1) stops a sweep in one line before
     anything trains, and `--report-only` names it beside its rows, keeping the command that trained them."""
     import json
@@ -61,6 +62,8 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
         ("gpt+", "finished", None),
     ]
     assert set(report["verdict"]) == {"angpt", "gpt+"}
+    # a finished run's checkpoints are gone (the sweep reads metrics; at gpt2-small each is 1.5 GB)
+    assert not list(out.glob("runs/*/*/checkpoints")) and (out / "runs" / "gpt+" / "lr0.001" / "metrics.jsonl").exists()
 
     config = out / "runs" / "angpt" / "lr0.001" / "config.json"
     stored = json.loads(config.read_text())
@@ -82,3 +85,7 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
         "Trained with model.alpha_speed=1.0 (now 5.0), a model these arms no longer make: angpt @ 0.001"
         in (out / "report.md").read_text()
     )
+    res = sweep("gpt+", "--lrs", "2e-3", "--keep-checkpoints")  # kept when asked: the last one and the best
+    assert res.returncode == 0, res.stderr[-2000:]
+    kept = sorted(p.name for p in (out / "runs" / "gpt+" / "lr0.002" / "checkpoints").iterdir())
+    assert kept == ["best", "step_000003"], kept
