@@ -14,6 +14,7 @@ from angpt.bench.firststeps import first_steps, stability, zipf_batches
 from angpt.models import angpt as angpt_module
 from angpt.train.config import load_run_config
 from angpt.train.loop import train
+from angpt.train.watch import ResidualWatch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -153,9 +154,63 @@ def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data
     tiny_run(data_dir, tmp_path / "r", input_norm="none")
     err = capsys.readouterr().err
     assert err.count("warning: step 3: the residual stream grows layer over layer") == 1, err
-    assert "at layer 1 (x5" in err and "train.lr=" in err and "model.input_norm=mlp" in err
+    assert "at layer 1 (x5" in err and "model.input_norm=mlp" in err
+    assert "halve the learning rate (train.lr=0.002; this run's is 0.004)" in err  # a rate to try, not the one run
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "warning" in r] == [3]
+
+
+def watched(jump=ResidualWatch.JUMP, window=ResidualWatch.WINDOW):
+    watch = ResidualWatch(4.0, None, "fp32", "lower the rate", jump=jump, window=window)
+    watch.recent.append(1.0)  # the norm before the first step
+    return watch
+
+
+def test_slow_growth_past_the_bound_is_no_onset_but_a_sudden_rise_is():
+    """A small model that learns grows its last layer's ||h|| past 4 over tens of steps (d = 48, 3 layers:
+    benchmarks/watch-calibration-cpu): no warning. The same value reached within a few measurements warns, once,
+    naming the layer and the growth per layer; so does a NaN (read as inf)."""
+    slow = [[1.0, 1.0 + 0.1 * s, 1.0 + 0.2 * s] for s in range(1, 31)]  # 1.2 ... 7.0 at the last layer
+    watch = watched()
+    assert [watch.observe(s, norms) for s, norms in enumerate(slow, 1)] == [None] * 30
+    assert not watch.warned
+
+    watch = watched()
+    assert watch.observe(1, [1.0, 1.1, 1.2]) is None
+    message = watch.observe(2, [1.0, 3.0, 9.0])
+    assert message.startswith("step 2: the residual stream grows layer over layer, ||h|| 1.00 at layer 0 to 9 at")
+    assert "at layer 2 (x3.00 per layer;" in message and message.endswith("lower the rate")
+    assert watch.observe(3, [1.0, 30.0, 90.0]) is None  # once
+
+    assert watched().observe(1, [1.0, math.inf]).startswith("step 1:")
+    # a rise that stays under the bound is none either
+    assert watched().observe(1, [1.0, 1.5, 3.9]) is None
+
+
+def test_the_rise_is_judged_against_the_previous_measurement():
+    """The largest norm must be JUMP x the previous measurement (the least of the last `window` ones): a healthy
+    small model's 1.9x a step past the bound is no onset (depth 12, d = 32, lr 8e-3: 1.8, 2.94, 5.49, 8.1, ...), a
+    2x rise is. With no jump set, the bound alone decides (the watch before 2026-11-26)."""
+    watch = watched()
+    for s, top in enumerate([1.03, 1.12, 1.32, 1.8, 2.94, 5.49, 8.1, 9.26, 8.9, 7.64], 1):
+        assert watch.observe(s, [1.0, top]) is None, s
+    assert watch.observe(11, [1.0, 15.3]) is not None  # 2x the 7.64 before it
+
+    longer = watched(window=3)  # the same growth against the least of the last three warns at once
+    for s, top in enumerate([1.8, 2.94], 1):
+        assert longer.observe(s, [1.0, top]) is None, s
+    assert longer.observe(3, [1.0, 5.49]) is not None  # 2x the 1.0 of step 0
+
+    assert watched(jump=None).observe(1, [1.0, 4.1]) is not None
+
+
+def test_the_trainer_judges_the_first_steps_against_the_norms_before_them(data_dir, tmp_path, monkeypatch, capsys):
+    """A model whose stream is large from initialisation on (every block's output 6x: ||h|| ~6 at the last layer
+    before any step) has no onset to warn of: the trainer measures before step 1, and nothing rises after."""
+    original = angpt_module.ANGPTBlock.forward
+    monkeypatch.setattr(angpt_module.ANGPTBlock, "forward", lambda self, h, ctx: original(self, h, ctx) * 6.0)
+    tiny_run(data_dir, tmp_path / "r")
+    assert "residual stream" not in capsys.readouterr().err
 
 
 def test_a_healthy_run_does_not_warn(data_dir, tmp_path, capsys):

@@ -208,8 +208,8 @@ def test_a_run_ended_by_an_error_closes_its_logs(failure, data_dir, tmp_path, mo
         assert math.isnan(rows[3]["loss"]) and rows[3]["error"].startswith("loss is nan at step 4")
         # and says what to change, with the run's own values (GPT+'s recipe: lr 2e-3, 5% of 10 steps of warm-up)
         assert (
-            "lower the learning rate (train.lr=0.002) or lengthen the warm-up (train.warmup_steps=1)"
-            in rows[3]["error"]
+            "halve the learning rate (train.lr=0.001; this run's is 0.002) or lengthen the warm-up "
+            "(train.warmup_steps=2; this run's is 1)" in rows[3]["error"]
         )
     else:
         assert [r["step"] for r in rows] == [1, 2, 3]

@@ -87,8 +87,8 @@ class ArchSpec:
     # (cfg, bytes per compute element) -> bytes one block saves for the backward per token (`angpt train
     # --dry-run`); None: the GPT / nGPT / anGPT block's count (train/dryrun.py, activation_bytes)
     saved_per_token: Callable[[ModelConfig, int], float] | None = None
-    # The residual-stream norm past which the trainer warns of a blow-up's onset (train/watch.py), for an
-    # architecture that keeps the stream near unit norm without normalising it exactly; None: no watch.
+    # The residual-stream norm past which a sudden rise makes the trainer warn of a blow-up's onset (train/watch.py),
+    # for an architecture that keeps the stream near unit norm without normalising it exactly; None: no watch.
     residual_bound: float | None = None
 
     @property
@@ -316,7 +316,7 @@ register(
         config={"alpha_init": 0.01, "alpha_speed": 5.0, "s_z_init": None, "input_norm": "mlp"},
         constants=lambda cfg: {**_ngpt_constants(cfg), "input_norm": cfg.input_norm, **angpt_constants(cfg).describe()},
         before_step=calibrate_during_training,
-        residual_bound=4.0,  # stable runs stay below ~2.5 (benchmarks/gpu-2026-11-25-H200), blow-ups pass 10
+        residual_bound=4.0,  # gpt2-small: stable runs stay below ~2.5, blow-ups jump past 4 in a step (train/watch.py)
     )
 )
 

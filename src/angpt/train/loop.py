@@ -395,7 +395,7 @@ class Trainer:
         bound = registry.of(self.base).residual_bound
         if bound is None or self.info.enabled:
             return None
-        remedy = f"lower the learning rate (train.lr={self.cfg.lr:g})"
+        remedy = f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g})"
         if getattr(self.mcfg, "input_norm", "mlp") == "none":
             remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
         remedy += " (docs/open_choices.md#stability-at-width)"
@@ -404,9 +404,11 @@ class Trainer:
     def _remedy(self) -> str:
         """What to change after a divergence: the run's learning rate and warm-up, named."""
         warmup = self.sched.lr_lambdas[0].warmup_steps  # the run's Schedule (train/optim.py)
+        longer = max(2 * warmup, math.ceil(0.05 * self.tc.max_steps))  # GPT+'s recipe warms up over 5%
         return (
-            f"lower the learning rate (train.lr={self.cfg.lr:g}) or lengthen the warm-up "
-            f"(train.warmup_steps={warmup}), then train again (docs/open_choices.md, early-training spikes)"
+            f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g}) or lengthen "
+            f"the warm-up (train.warmup_steps={longer}; this run's is {warmup}), then train again "
+            "(docs/open_choices.md, early-training spikes)"
         )
 
     def _fail(self, logger: MetricsLogger, row: dict[str, Any], message: str) -> None:
@@ -477,6 +479,8 @@ class Trainer:
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
+        if self.watch is not None and self.step < tc.max_steps:
+            self.watch.start(self.base)  # the norms the first rise is judged against
         before_step = registry.of(self.base).before_step
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
