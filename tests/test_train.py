@@ -361,9 +361,23 @@ def test_two_ranks_match_one_process_and_resume(mode, data_dir, tmp_path):
 
 def test_train_leaves_the_process_group_closed(data_dir, tmp_path, monkeypatch):
     """Ranks that exit with gloo's connections open can abort each other at interpreter exit (SIGABRT, seen in CI):
-    `angpt train` closes the group before it returns. A one-rank group started here stands in for torchrun's."""
+    `angpt train` waits for every rank at a barrier, then closes the group, before it returns. A one-rank group
+    started here stands in for torchrun's."""
     import torch.distributed as dist
 
+    calls = []
+
+    def recorded(name):
+        real = getattr(dist, name)
+
+        def call(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("barrier", "destroy_process_group"):
+        monkeypatch.setattr(dist, name, recorded(name))
     monkeypatch.setenv("WORLD_SIZE", "1")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
@@ -382,6 +396,7 @@ def test_train_leaves_the_process_group_closed(data_dir, tmp_path, monkeypatch):
             == 0
         )
         assert not dist.is_initialized()
+        assert calls[-2:] == ["barrier", "destroy_process_group"], calls
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
