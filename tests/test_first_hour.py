@@ -27,7 +27,10 @@ def test_resume_names_the_recipes_learning_rate_not_none(stopped_run, capsys):
     capsys.readouterr()
     assert run_cli(*common, "--resume", "auto", "--train.lr", "1e-3") == 2
     line = one_line(capsys)
-    assert "train.lr=0.001" in line and "trained with 0.004 (the angpt recipe's; train.lr unset)" in line
+    assert (
+        "train.lr=0.001" in line
+        and "trained with 0.004 (the angpt recipe's when the run started; train.lr unset)" in line
+    )
     assert "None" not in line
     # the recipe's rate given explicitly is the same run: it resumes
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
@@ -271,3 +274,58 @@ def test_eval_fails_fast_when_the_hub_does_not_answer(tiny_checkpoint, tmp_path)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and "did not answer within 3 s" in lines[-1], res.stderr[-2000:]
     assert took < 25, took
+
+
+def change_recipe(monkeypatch, arch, **fields):
+    """Today's registry with `arch`'s optimizer recipe changed (a new default, as a release might make)."""
+    import dataclasses
+
+    from angpt.models import registry
+
+    spec = registry.get(arch)
+    changed = dataclasses.replace(spec, recipe=dataclasses.replace(spec.recipe, **fields))
+    monkeypatch.setitem(registry.ARCHITECTURES, arch, changed)
+
+
+def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_recorded_rate_resumes(
+    stopped_run, monkeypatch, capsys
+):
+    """A run at the recipe's rate (train.lr unset) records it: when the recipe's rate has changed since, resuming
+    unchanged would go on at another rate than the first half's. It refuses in one line naming both; giving the
+    recorded rate resumes."""
+    out, common = stopped_run
+    change_recipe(monkeypatch, "angpt", lr=2e-3)
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto") == 2
+    line = one_line(capsys)
+    assert "train.lr=0.002 (the angpt recipe's; train.lr unset)" in line, line
+    assert "trained with 0.004 (the angpt recipe's when the run started; train.lr unset)" in line, line
+    assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
+
+
+def test_a_recipe_warmup_changed_since_the_run_refuses_its_resume(stopped_run, monkeypatch, capsys):
+    out, common = stopped_run
+    change_recipe(monkeypatch, "angpt", warmup_fraction=0.05)
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto") == 2
+    assert "the angpt recipe's warmup_fraction=0.0 (now 0.05) since the run started" in one_line(capsys)
+
+
+def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, data_dir, monkeypatch):
+    """The sweeps' and compare's check (model_drift) names a recipe changed since the run as it names a model
+    default; a run that predates the record (no `recipe` in config.json) is compared on its model only."""
+    import json
+
+    from angpt.data import load_meta
+    from angpt.train.resume import model_drift
+
+    out, _ = stopped_run
+    meta = load_meta(data_dir)
+    assert model_drift(out, meta) is None
+    change_recipe(monkeypatch, "angpt", lr=2e-3, optimizer="adamw")
+    drift = model_drift(out, meta)
+    assert drift == "the angpt recipe's optimizer='adam' (now 'adamw'), the angpt recipe's lr=0.004 (now 0.002)", drift
+    stored = json.loads((out / "config.json").read_text())
+    del stored["recipe"]
+    (out / "config.json").write_text(json.dumps(stored))
+    assert model_drift(out, meta) is None

@@ -43,7 +43,7 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resume, resumed_dtype
+from angpt.train.resume import check_resume, recipe_used, resumed_dtype
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, synchronize
 from angpt.train.watch import ResidualWatch
@@ -155,6 +155,7 @@ class Trainer:
         self.run_id = self.saved.get("run_id") or ckpt.new_run_id()
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
+        self.recipe = recipe_used(cfg.arch, tc)  # the recipe's values this run takes; a resumed run keeps its own
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
             found = ckpt.list_checkpoints(self.out)
             if found:  # not resuming because --resume was not given, not because there is nothing to resume
@@ -240,6 +241,7 @@ class Trainer:
             path = self.resume_from
             state = ckpt.read_state(path)
             notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity, self.dtype)
+            self.recipe = state.get("recipe", self.recipe)
             trainer = ckpt.load_trainer_state(path)
             model_sd = ckpt.load_model_state(path)
             ckpt.check_fits(self.base, model_sd, str(path))
@@ -437,6 +439,7 @@ class Trainer:
             "world_size": self.info.world_size,
             "data_identity": self.data_identity,
             "compute_dtype": self.dtype,
+            "recipe": self.recipe,
             "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
             "best_step": self.best_step,
         }
@@ -454,7 +457,7 @@ class Trainer:
     def _write_run_files(self) -> None:
         if self.info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            run = {"run": self.cfg.to_dict(), "model": self.mcfg.to_dict()}
+            run = {"run": self.cfg.to_dict(), "model": self.mcfg.to_dict(), "recipe": self.recipe}
             (self.out / "config.json").write_text(json.dumps(run, indent=2))
             (self.out / "provenance.json").write_text(json.dumps(provenance(self.cfg, self.info, self.dtype), indent=2))
 

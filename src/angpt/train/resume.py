@@ -60,13 +60,42 @@ def resumed_dtype(requested: str, state: dict[str, Any], device: torch.device) -
     return resolve_dtype(requested, device)
 
 
-def _recipe_value(key: str, value: Any, arch: str) -> tuple[Any, str]:
-    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's."""
+def recipe_used(arch: str, train: Any) -> dict[str, Any]:
+    """The fields of `arch`'s optimizer recipe (registry) a run with train settings `train` takes: the optimizer
+    always, the learning rate and weight decay where train.lr / train.weight_decay are unset, the warm-up's fraction
+    and cap where train.warmup_steps is. Recorded in config.json and every checkpoint, so that a recipe changed since
+    (a new default rate) is never taken for the one a run was trained with."""
+    from angpt.models import registry
+
+    recipe = registry.get(arch).recipe
+    used = {"optimizer": recipe.optimizer}
+    for key in ("lr", "weight_decay"):
+        if getattr(train, key) is None:
+            used[key] = getattr(recipe, key)
+    if train.warmup_steps is None:
+        used |= {"warmup_fraction": recipe.warmup_fraction, "warmup_cap": recipe.warmup_cap}
+    return used
+
+
+def recipe_difference(saved: Any, arch: str, train: Any) -> str | None:
+    """How the recipe fields a run recorded (`saved`, None for runs that predate the record) differ from those the
+    same settings take today, as `the ARCH recipe's KEY=WAS (now NOW)`; None when they agree or nothing was recorded."""
+    if not isinstance(saved, dict):
+        return None
+    now = recipe_used(arch, train)
+    keys = [k for k in saved if k in now and saved[k] != now[k]]
+    return ", ".join(f"the {arch} recipe's {k}={saved[k]!r} (now {now[k]!r})" for k in keys) or None
+
+
+def _recipe_value(key: str, value: Any, arch: str, recorded: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's, as the run
+    recorded it (`recorded`) or, for runs that predate the record, as it is today."""
     if value is None and key in ("lr", "weight_decay"):
         from angpt.models import registry
 
-        recipe = registry.get(arch).recipe
-        return getattr(recipe, key), f" (the {arch} recipe's; train.{key} unset)"
+        if recorded and key in recorded:
+            return recorded[key], f" (the {arch} recipe's when the run started; train.{key} unset)"
+        return getattr(registry.get(arch).recipe, key), f" (the {arch} recipe's; train.{key} unset)"
     return value, ""
 
 
@@ -105,14 +134,23 @@ def check_resume(
     # older checkpoints compare the requested setting.
     recorded_dtype = state.get("compute_dtype") if dtype is not None else None
     arch = saved.get("arch", cfg.arch)
+    recipe = state.get("recipe")
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
-        was, now = _recipe_value(key, saved_train[key], arch), _recipe_value(key, getattr(cfg.train, key), arch)
+        was = _recipe_value(key, saved_train[key], arch, recipe)
+        now = _recipe_value(key, getattr(cfg.train, key), arch)
         if was[0] != now[0]:
             raise UserError(
                 f"cannot resume {path} with train.{key}={now[0]!r}{now[1]}: the run was trained with {was[0]!r}"
                 f"{was[1]}; resume without changing it, or start a new run (--out)"
+            )
+    if saved_train.get("warmup_steps", 0) is None and cfg.train.warmup_steps is None:
+        difference = recipe_difference({k: v for k, v in (recipe or {}).items() if k != "lr"}, arch, cfg.train)
+        if difference is not None:  # lr and weight decay were compared above; here the optimizer and warm-up
+            raise UserError(
+                f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
+                "resume it as it was trained, or start a new run (--out)"
             )
     if recorded_dtype is not None and recorded_dtype != dtype:
         raise UserError(
@@ -154,7 +192,8 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
 
     A model default changed since the run (in the registry or a preset) is the usual cause: the same arm name and
     settings now make another model, so a finished run must not be reported, or a sweep extended, as today's.
-    Train-side defaults (a recipe's weight decay or warm-up) are not compared."""
+    The optimizer recipe's fields the run took (its rate where train.lr was unset, its weight decay, warm-up and
+    optimizer) are compared too where config.json recorded them (`recipe`, since 2026-11-26)."""
     path = Path(run_dir) / "config.json"
     try:
         stored = json.loads(path.read_text())
@@ -169,4 +208,4 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
         now = resolve_model_config(cfg, data_meta)
     except UserError as e:
         return f"settings this angpt no longer builds ({e})"
-    return model_difference(stored.get("model"), now)
+    return model_difference(stored.get("model"), now) or recipe_difference(stored.get("recipe"), cfg.arch, cfg.train)
