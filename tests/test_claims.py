@@ -140,3 +140,22 @@ def test_a_changed_figure_fails(tmp_path):
         broken = {**claim, "files": ["prose.md"], "text": text, "figures": [{**figure, "shown": wrong}]}
         with pytest.raises(AssertionError):
             check(broken, tmp_path)
+
+
+def test_every_report_a_claim_reads_is_committed():
+    """A claim read from a file git ignores (a run's metrics.jsonl under benchmarks/*/runs/) passes here and fails on
+    every clean checkout: each report must be a file git tracks (in a tree without git, its existence is the check,
+    since an ignored file is not there)."""
+    import subprocess
+
+    reports = sorted({f["report"] for c in CLAIMS for f in c["figures"]})
+    assert all((ROOT / r).is_file() for r in reports)
+    probe = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "--", *reports],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert sorted(listed) == reports, sorted(set(reports) - set(listed))
