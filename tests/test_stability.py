@@ -213,6 +213,21 @@ def test_the_trainer_judges_the_first_steps_against_the_norms_before_them(data_d
     assert "residual stream" not in capsys.readouterr().err
 
 
+def test_the_watch_is_not_counted_in_the_step_time(data_dir, tmp_path, monkeypatch):
+    """The probe forward after each of the first 50 steps is the watch's cost, not the step's: step_time (and the
+    throughput and MFU computed from it) leaves it out."""
+    import time
+
+    from angpt.train import watch
+
+    check = watch.ResidualWatch.check
+    monkeypatch.setattr(watch.ResidualWatch, "check", lambda self, m, s: (time.sleep(0.5), check(self, m, s))[1])
+    tiny_run(data_dir, tmp_path / "r")
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    times = [r["step_time"] for r in rows if "step_time" in r]
+    assert times and max(times) < 0.5, times
+
+
 def test_a_healthy_run_does_not_warn(data_dir, tmp_path, capsys):
     tiny_run(data_dir, tmp_path / "r")
     assert "residual stream" not in capsys.readouterr().err

@@ -523,13 +523,13 @@ class Trainer:
                 self.step_fn.apply()
                 self.step += 1
                 self.tokens += tc.batch_tokens
-                warning = None
+                synchronize(info.device)
+                dt = time.perf_counter() - t0
+                warning = None  # the watch's probe is not the step's time: measured after it
                 if self.watch is not None and self.watch.due(self.step, tc.log_every):
                     warning = self.watch.check(self.base, self.step)
                     if warning and info.is_main:
                         print(f"warning: {warning}", file=sys.stderr)
-                synchronize(info.device)
-                dt = time.perf_counter() - t0
                 step_times.append(dt)
                 tok_s = tc.batch_tokens / dt
                 mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
