@@ -397,20 +397,22 @@ class Trainer:
         bound = registry.of(self.base).residual_bound
         if bound is None or self.info.enabled:
             return None
-        remedy = f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g})"
+        remedy = self._halve_lr()
         if getattr(self.mcfg, "input_norm", "mlp") == "none":
             remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
         remedy += " (docs/open_choices.md#stability-at-width)"
         return ResidualWatch(bound, self._side_batches(1)[0][:1], self.dtype, remedy)
 
+    def _halve_lr(self) -> str:
+        return f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g})"
+
     def _remedy(self) -> str:
-        """What to change after a divergence: the run's learning rate and warm-up, named."""
+        """What to change after a divergence: a rate and a warm-up to try, beside the run's own."""
         warmup = self.sched.lr_lambdas[0].warmup_steps  # the run's Schedule (train/optim.py)
         longer = max(2 * warmup, math.ceil(0.05 * self.tc.max_steps))  # GPT+'s recipe warms up over 5%
         return (
-            f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g}) or lengthen "
-            f"the warm-up (train.warmup_steps={longer}; this run's is {warmup}), then train again "
-            "(docs/open_choices.md, early-training spikes)"
+            f"{self._halve_lr()} or lengthen the warm-up (train.warmup_steps={longer}; this run's is {warmup}), "
+            "then train again (docs/open_choices.md, early-training spikes)"
         )
 
     def _fail(self, logger: MetricsLogger, row: dict[str, Any], message: str) -> None:

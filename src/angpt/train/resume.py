@@ -145,13 +145,13 @@ def check_resume(
                 f"cannot resume {path} with train.{key}={now[0]!r}{now[1]}: the run was trained with {was[0]!r}"
                 f"{was[1]}; resume without changing it, or start a new run (--out)"
             )
-    if saved_train.get("warmup_steps", 0) is None and cfg.train.warmup_steps is None:
-        difference = recipe_difference({k: v for k, v in (recipe or {}).items() if k != "lr"}, arch, cfg.train)
-        if difference is not None:  # lr and weight decay were compared above; here the optimizer and warm-up
-            raise UserError(
-                f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
-                "resume it as it was trained, or start a new run (--out)"
-            )
+    # What the loop cannot see: the optimizer, and the warm-up's fraction and cap where train.warmup_steps stays unset
+    # (a changed unset rate or weight decay has stopped above, with its own message).
+    if (difference := recipe_difference(recipe, arch, cfg.train)) is not None:
+        raise UserError(
+            f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
+            "resume it as it was trained, or start a new run (--out)"
+        )
     if recorded_dtype is not None and recorded_dtype != dtype:
         raise UserError(
             f"cannot resume {path} computing in {dtype} (train.dtype={cfg.train.dtype}): the run was trained in "
