@@ -322,3 +322,13 @@ def test_ddp_keeps_one_copy_of_the_gradients_and_the_estimate_counts_one(tmp_pat
         dist.destroy_process_group()
     one, ddp_mem = (estimate_memory(model, 64, 2, 8, d, "bf16") for d in ("single", "ddp"))
     assert ddp_mem.working == one.working and ddp_mem.states == one.states
+
+
+def test_each_paper_recipes_rate_is_its_architectures_default_at_its_size():
+    """The registry's recipe gives the paper recipes' rates at 0.5B and 1B (Recipe.lr_for), so that a run of the same
+    model with train.lr unset takes the rate recorded there, not the demo model's (8e-3 for nGPT)."""
+    from angpt.models import registry
+
+    for path in PAPER.glob("*.yaml"):
+        cfg = load_run_config(path)
+        assert cfg.train.lr == registry.get(cfg.arch).recipe.lr_for(cfg.preset), path.name

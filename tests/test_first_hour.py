@@ -298,7 +298,7 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_recorded
     capsys.readouterr()
     assert run_cli(*common, "--resume", "auto") == 2
     line = one_line(capsys)
-    assert "train.lr=0.002 (the angpt recipe's; train.lr unset)" in line, line
+    assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
     assert "trained with 0.004 (the angpt recipe's when the run started; train.lr unset)" in line, line
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
 
@@ -329,3 +329,42 @@ def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, da
     del stored["recipe"]
     (out / "config.json").write_text(json.dumps(stored))
     assert model_drift(out, meta) is None
+
+
+# ---------------------------------------------------------------------------- a default rate for every size
+@pytest.mark.parametrize(
+    "arch, preset, lr",
+    [
+        ("angpt", "demo", 4e-3),
+        ("angpt", "gpt2-small", 1e-3),  # the demo's 4e-3 spikes there, and 2e-3 diverged at the paper's batch
+        ("angpt", "1B", 8e-4),
+        ("gpt+", "gpt2-small", 2e-3),
+        ("gpt+", "0.5B", 1.5e-3),
+        ("ngpt", "1B", 1.6e-3),
+    ],
+)
+def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr):
+    """`angpt train --preset gpt2-small` with train.lr unset trains at the rate measured at that size, not the demo
+    model's; the run records it, and the dry run says where it came from."""
+    from angpt.train.config import load_run_config
+    from angpt.train.dryrun import format_report, plan_run
+    from angpt.train.resume import recipe_used
+
+    cfg = load_run_config(None, {"arch": arch, "preset": preset, "train.micro_batch": 1})
+    assert cfg.lr == lr
+    assert recipe_used(arch, preset, cfg.train)["lr"] == lr
+    line = next(x for x in format_report(plan_run(cfg, gpus=1)).splitlines() if x.startswith("  optimizer"))
+    assert f"peak lr {lr:g} (the {arch} recipe's at {preset}; train.lr unset)" in line, line
+    given = load_run_config(None, {"arch": arch, "preset": preset, "train.lr": 5e-3})
+    assert given.lr == 5e-3 and "lr" not in recipe_used(arch, preset, given.train)
+
+
+def test_a_comparison_centres_its_sweep_on_the_rate_of_its_preset(data_dir):
+    import dataclasses
+
+    from .test_compare import tiny_plan
+
+    plan = tiny_plan(data_dir)
+    arm = next(a for a in plan.arms if a.arch == "angpt")
+    assert plan.centre_lr(arm) == 4e-3
+    assert dataclasses.replace(plan, preset="gpt2-small").centre_lr(arm) == 1e-3

@@ -27,7 +27,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  {name:<11} {shape}  {params / 1e6:.1f}M")
         print("architectures:")
         for name, spec in registry.ARCHITECTURES.items():
-            print(f"  {name:<11} {spec.summary} [{spec.recipe.optimizer}, lr {spec.recipe.lr:g}]")
+            r = spec.recipe
+            sizes = "; at " + ", ".join(f"{preset} {lr:g}" for preset, lr in r.lr_at.items()) if r.lr_at else ""
+            print(f"  {name:<11} {spec.summary} [{r.optimizer}, lr {r.lr:g}{sizes}]")
         print("variants:")
         width = max(map(len, registry.VARIANTS))
         for name, (arch, overrides) in registry.VARIANTS.items():
@@ -44,7 +46,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
     if cfg.laurel_parts:
         params["laurel"] = laurel_params(model)
-    info = {"config": cfg.to_dict(), "constants": constants, "params": params}
+    r = registry.get(arch).recipe  # the defaults a run of this model takes where train.* leaves them unset
+    recipe = {"optimizer": r.optimizer, "lr": r.lr_for(args.preset or "demo"), "weight_decay": r.weight_decay}
+    recipe["warmup_fraction"] = r.warmup_fraction
+    info = {"config": cfg.to_dict(), "constants": constants, "params": params, "recipe": recipe}
     print(json.dumps(info, indent=2, default=str))
     return 0
 

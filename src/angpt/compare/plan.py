@@ -345,7 +345,7 @@ class Plan:
         return budget == self.sweep_budget or bool(arm.tune)
 
     def centre_lr(self, arm: Arm) -> float:
-        return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr))
+        return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr_for(self.preset)))
 
     def initial_grid(self, arm: Arm) -> list[float]:
         """The arm's LR grid before any extension, ascending."""

@@ -189,7 +189,7 @@ class RunConfig:
 
     @property
     def lr(self) -> float:
-        return self.train.lr if self.train.lr is not None else registry.get(self.arch).recipe.lr
+        return self.train.lr if self.train.lr is not None else registry.get(self.arch).recipe.lr_for(self.preset)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

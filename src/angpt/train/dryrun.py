@@ -67,6 +67,7 @@ class DryRunReport:
     warning: str | None  # set when the estimate does not fit the GPU: what to change
     checkpointing: bool = False  # the run recomputes each block in backward (train.activation_checkpointing)
     fused_loss: bool = True  # the loss without the full logits (train.fused_loss)
+    optimizer: str = ""  # the optimizer, peak rate (and where it comes from), warm-up and schedule
 
     @property
     def needed(self) -> float:
@@ -146,9 +147,23 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
         warning=None,
         checkpointing=tc.activation_checkpointing,
         fused_loss=tc.fused_loss,
+        optimizer=_optimizer_summary(cfg),
     )
     report.warning = _fit_advice(report, model)
     return report
+
+
+def _optimizer_summary(cfg: RunConfig) -> str:
+    """E.g. `adam, peak lr 0.001 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
+    tc, recipe = cfg.train, registry.get(cfg.arch).recipe
+    source = f" (the {cfg.arch} recipe's at {cfg.preset}; train.lr unset)" if tc.lr is None else ""
+    warmup = recipe.warmup_steps(tc.max_steps) if tc.warmup_steps is None else tc.warmup_steps
+    decay = f"{tc.schedule} to {tc.min_lr_ratio:g}x"
+    wd = recipe.weight_decay if tc.weight_decay is None else tc.weight_decay
+    optimizer = f"adamw (weight decay {wd:g})" if recipe.optimizer == "adamw" else recipe.optimizer
+    return f"{optimizer}, peak lr {cfg.lr:g}{source}, " + (
+        f"{warmup:,} warm-up steps, {decay}" if warmup else f"no warm-up, {decay}"
+    )
 
 
 def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
@@ -295,6 +310,7 @@ def format_report(r: DryRunReport) -> str:
         f"  batch        {r.batch_tokens:,} tokens/step = {r.gpus} GPU(s) x micro_batch {r.micro_batch} x "
         f"{r.seq_len} tokens x {r.accum} accumulation step(s)",
         f"  run          {r.steps:,} steps = {_si(r.tokens)} tokens",
+        f"  optimizer    {r.optimizer}",
         f"  memory/GPU   estimated for {where}, {r.dtype} compute, fp32 parameters and Adam states:",
         f"                 parameters, gradients, Adam m and v {_gb(m.states):>9}",
         f"                 unsharded working set               {_gb(m.working):>9}",

@@ -155,7 +155,7 @@ class Trainer:
         self.run_id = self.saved.get("run_id") or ckpt.new_run_id()
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
-        self.recipe = recipe_used(cfg.arch, tc)  # the recipe's values this run takes; a resumed run keeps its own
+        self.recipe = recipe_used(cfg.arch, cfg.preset, tc)  # its recipe values; a resumed run keeps its own
         if self.resume_from is None and (self.out / "metrics.jsonl").exists():
             found = ckpt.list_checkpoints(self.out)
             if found:  # not resuming because --resume was not given, not because there is nothing to resume

@@ -60,42 +60,50 @@ def resumed_dtype(requested: str, state: dict[str, Any], device: torch.device) -
     return resolve_dtype(requested, device)
 
 
-def recipe_used(arch: str, train: Any) -> dict[str, Any]:
-    """The fields of `arch`'s optimizer recipe (registry) a run with train settings `train` takes: the optimizer
-    always, the learning rate and weight decay where train.lr / train.weight_decay are unset, the warm-up's fraction
-    and cap where train.warmup_steps is. Recorded in config.json and every checkpoint, so that a recipe changed since
-    (a new default rate) is never taken for the one a run was trained with."""
+def _recipe_default(arch: str, preset: str, key: str) -> Any:
+    """`arch`'s recipe's value of `key` (lr, weight_decay, ...) for a model built from `preset`."""
+    from angpt.models import registry
+
+    recipe = registry.get(arch).recipe
+    return recipe.lr_for(preset) if key == "lr" else getattr(recipe, key)
+
+
+def recipe_used(arch: str, preset: str, train: Any) -> dict[str, Any]:
+    """The fields of `arch`'s optimizer recipe (registry) a run from `preset` with train settings `train` takes: the
+    optimizer always, the learning rate (the preset's) and weight decay where train.lr / train.weight_decay are unset,
+    the warm-up's fraction and cap where train.warmup_steps is. Recorded in config.json and every checkpoint, so that
+    a recipe changed since (a new default rate) is never taken for the one a run was trained with."""
     from angpt.models import registry
 
     recipe = registry.get(arch).recipe
     used = {"optimizer": recipe.optimizer}
     for key in ("lr", "weight_decay"):
         if getattr(train, key) is None:
-            used[key] = getattr(recipe, key)
+            used[key] = _recipe_default(arch, preset, key)
     if train.warmup_steps is None:
         used |= {"warmup_fraction": recipe.warmup_fraction, "warmup_cap": recipe.warmup_cap}
     return used
 
 
-def recipe_difference(saved: Any, arch: str, train: Any) -> str | None:
+def recipe_difference(saved: Any, arch: str, preset: str, train: Any) -> str | None:
     """How the recipe fields a run recorded (`saved`, None for runs that predate the record) differ from those the
     same settings take today, as `the ARCH recipe's KEY=WAS (now NOW)`; None when they agree or nothing was recorded."""
     if not isinstance(saved, dict):
         return None
-    now = recipe_used(arch, train)
+    now = recipe_used(arch, preset, train)
     keys = [k for k in saved if k in now and saved[k] != now[k]]
     return ", ".join(f"the {arch} recipe's {k}={saved[k]!r} (now {now[k]!r})" for k in keys) or None
 
 
-def _recipe_value(key: str, value: Any, arch: str, recorded: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's, as the run
-    recorded it (`recorded`) or, for runs that predate the record, as it is today."""
+def _recipe_value(
+    key: str, value: Any, arch: str, preset: str, recorded: dict[str, Any] | None = None
+) -> tuple[Any, str]:
+    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's at `preset`,
+    as the run recorded it (`recorded`) or, for runs that predate the record, as it is today."""
     if value is None and key in ("lr", "weight_decay"):
-        from angpt.models import registry
-
         if recorded and key in recorded:
             return recorded[key], f" (the {arch} recipe's when the run started; train.{key} unset)"
-        return getattr(registry.get(arch).recipe, key), f" (the {arch} recipe's; train.{key} unset)"
+        return _recipe_default(arch, preset, key), f" (the {arch} recipe's at {preset}; train.{key} unset)"
     return value, ""
 
 
@@ -133,13 +141,13 @@ def check_resume(
     # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
     # older checkpoints compare the requested setting.
     recorded_dtype = state.get("compute_dtype") if dtype is not None else None
-    arch = saved.get("arch", cfg.arch)
+    arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)
     recipe = state.get("recipe")
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
-        was = _recipe_value(key, saved_train[key], arch, recipe)
-        now = _recipe_value(key, getattr(cfg.train, key), arch)
+        was = _recipe_value(key, saved_train[key], arch, preset, recipe)
+        now = _recipe_value(key, getattr(cfg.train, key), arch, preset)
         if was[0] != now[0]:
             raise UserError(
                 f"cannot resume {path} with train.{key}={now[0]!r}{now[1]}: the run was trained with {was[0]!r}"
@@ -147,7 +155,7 @@ def check_resume(
             )
     # What the loop cannot see: the optimizer, and the warm-up's fraction and cap where train.warmup_steps stays unset
     # (a changed unset rate or weight decay has stopped above, with its own message).
-    if (difference := recipe_difference(recipe, arch, cfg.train)) is not None:
+    if (difference := recipe_difference(recipe, arch, preset, cfg.train)) is not None:
         raise UserError(
             f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
             "resume it as it was trained, or start a new run (--out)"
@@ -208,4 +216,6 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
         now = resolve_model_config(cfg, data_meta)
     except UserError as e:
         return f"settings this angpt no longer builds ({e})"
-    return model_difference(stored.get("model"), now) or recipe_difference(stored.get("recipe"), cfg.arch, cfg.train)
+    return model_difference(stored.get("model"), now) or recipe_difference(
+        stored.get("recipe"), cfg.arch, cfg.preset, cfg.train
+    )
