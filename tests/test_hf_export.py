@@ -254,6 +254,20 @@ def test_bf16_export(models, tok, tmp_path):
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
 
 
+def test_export_names_its_dtype_for_both_majors_without_a_deprecation_warning(models, tok, tmp_path, monkeypatch):
+    """config.json names the dtype under transformers 5's `dtype` and 4.x's `torch_dtype`, so that an export made
+    with one loads with the other; and on transformers 5 the export logs nothing (setting `torch_dtype` on its config
+    printed "`torch_dtype` is deprecated!" on every `angpt export`)."""
+    from transformers import configuration_utils
+
+    logged = []
+    monkeypatch.setattr(configuration_utils.logger, "warning_once", lambda *a, **k: logged.append(a))
+    out = export_hf(models["angpt"], tmp_path / "bf16", tok, dtype="bfloat16")
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == config["torch_dtype"] == "bfloat16", config
+    assert not logged, logged
+
+
 def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
     gpt = models["gpt+"]
     with pytest.raises(UserError, match="unknown export format 'onnx'"):

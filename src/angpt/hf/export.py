@@ -160,8 +160,9 @@ def export_hf(
         eos = tokenizer.eos_id if tokenizer is not None else None
         if eos is not None:
             hf_config.eos_token_id = hf_config.pad_token_id = hf_config.bos_token_id = eos
-        hf_config.dtype = hf_config.torch_dtype = dtype_name  # transformers >= 5 reads dtype, 4.x torch_dtype
+        hf_config.dtype = dtype_name  # what transformers >= 5 reads
         hf_config.save_pretrained(tmp)
+        _add_torch_dtype(tmp / "config.json", dtype_name)
         _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
         _save_generation_config(tmp, eos, cfg.context_length)
         if tokenizer is not None:
@@ -355,6 +356,14 @@ def _save_tokenizer(tokenizer: Any, folder: Path, context_length: int) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n", encoding="utf-8")
     special = {"eos_token": eos, "pad_token": eos}
     (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+
+
+def _add_torch_dtype(config_json: Path, dtype_name: str) -> None:
+    """Name the dtype under transformers 4.x's key too, so that an export made with either major version loads with
+    the other. Written into the file: setting `torch_dtype` on a transformers 5 config logs a deprecation warning."""
+    config = json.loads(config_json.read_text())
+    config["torch_dtype"] = dtype_name
+    config_json.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _version() -> str:
