@@ -2,7 +2,8 @@
 
     python benchmarks/instability.py --data data/stdlib-bpe4096 [--steps 6] [--lr 4e-3] [--set key=value ...]
 
-Trains anGPT at the demo preset with its recipe (Adam, no warm-up, clip 1.0) and, after each optimizer step,
+Trains anGPT at the demo preset with its recipe (Adam at its rate for --preset unless --lr, no warm-up, clip 1.0)
+and, after each optimizer step,
 prints the pre-clip gradient norm, the loss, and the mean norms of h_A, h_M and h per layer on a held-out batch,
 plus the largest singular value of each block's weight *update* so far (a coherent, low-rank update is what
 breaks the concentration-of-measure assumption behind nu). docs/open_choices.md#early-instability reads it.
@@ -16,7 +17,7 @@ import math
 import torch
 
 from angpt.data import TokenLoader
-from angpt.models import build_model, inspect_norms
+from angpt.models import build_model, inspect_norms, registry
 from angpt.train.optim import make_optimizer
 
 
@@ -26,7 +27,7 @@ def main() -> None:
     p.add_argument("--arch", default="angpt")
     p.add_argument("--preset", default="demo")
     p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--lr", type=float, default=4e-3)
+    p.add_argument("--lr", type=float, default=None, help="default: the arch's recipe rate at --preset")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--betas", default="0.9,0.95")
@@ -36,7 +37,8 @@ def main() -> None:
     overrides = {k: type_of(v) for k, v in (s.split("=", 1) for s in a.set)}
     model = build_model(a.arch, a.preset, **overrides)
     b1, b2 = (float(x) for x in a.betas.split(","))
-    opt, sched = make_optimizer(model, lr=a.lr, max_steps=1000, betas=(b1, b2))
+    lr = a.lr if a.lr is not None else registry.get(a.arch).recipe.lr_for(a.preset)
+    opt, sched = make_optimizer(model, lr=lr, max_steps=1000, betas=(b1, b2))
     train = TokenLoader(a.data, "train", a.batch, a.seq, seed=0)
     val, val_y = TokenLoader(a.data, "val", 8, a.seq, seed=0).next_batch()
     w0 = {n: p.detach().clone() for n, p in model.named_parameters() if p.ndim == 2 and "blocks" in n}

@@ -300,6 +300,27 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_recorded
     line = one_line(capsys)
     assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
     assert "trained with 0.004 (the angpt recipe's when the run started; train.lr unset)" in line, line
+    assert "pass --train.lr 0.004 to resume it as it was trained" in line, line
+    assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
+
+
+def test_a_run_older_than_the_recipe_record_is_refused_by_its_optimizers_rate(stopped_run, monkeypatch, capsys):
+    """A checkpoint without the recipe record (written before it existed) cannot say which default rate it took;
+    its scheduler state can: loading it would silently bring the old rate back while the run records the new one.
+    The resume refuses, naming the rate to pass; passing it resumes."""
+    import json
+
+    out, common = stopped_run
+    (state_json,) = out.glob("checkpoints/step_*/state.json")
+    state = json.loads(state_json.read_text())
+    del state["recipe"]
+    state_json.write_text(json.dumps(state))
+    change_recipe(monkeypatch, "angpt", lr=2e-3)
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto") == 2
+    line = one_line(capsys)
+    assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
+    assert "trained with 0.004 (its optimizer's schedule); pass --train.lr 0.004" in line, line
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
 
 
@@ -341,6 +362,7 @@ def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, da
         ("gpt+", "gpt2-small", 2e-3),
         ("gpt+", "0.5B", 1.5e-3),
         ("ngpt", "1B", 1.6e-3),
+        ("tokenformer", "gpt2-small", 6e-4),
     ],
 )
 def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr):
@@ -366,5 +388,50 @@ def test_a_comparison_centres_its_sweep_on_the_rate_of_its_preset(data_dir):
 
     plan = tiny_plan(data_dir)
     arm = next(a for a in plan.arms if a.arch == "angpt")
-    assert plan.centre_lr(arm) == 4e-3
-    assert dataclasses.replace(plan, preset="gpt2-small").centre_lr(arm) == 1e-3
+    assert plan.centre_lr(arm) == plan.centres["angpt"] == 4e-3
+    assert dataclasses.replace(plan, preset="gpt2-small", centres={}).centre_lr(arm) == 1e-3
+
+
+def test_a_stored_comparison_keeps_its_centres_when_a_recipe_rate_changes(data_dir, tmp_path, monkeypatch):
+    """A report folder records each arm's sweep centre. When a default rate changes since (a new Recipe.lr_at), the
+    same command would centre elsewhere and mix grids: it is refused, naming the centres, and --lr with the stored
+    centre resumes. A folder written before centres were recorded counts the recipe's one rate as its centre."""
+    from angpt.compare.store import PLAN_FILE, check_report_dir, write_json
+    from angpt.errors import UserError
+
+    from .test_compare import tiny_plan
+
+    legacy, new = tmp_path / "legacy", tmp_path / "new"
+    for out in (legacy, new):
+        out.mkdir()
+        stored = tiny_plan(data_dir).to_dict()
+        if out == legacy:
+            del stored["centres"]
+        write_json(out / PLAN_FILE, stored)
+        assert check_report_dir(tiny_plan(data_dir), out) == []  # the same command, the same recipe
+    change_recipe(monkeypatch, "angpt", lr_at={"tiny": 1e-3})
+    for out in (legacy, new):
+        with pytest.raises(
+            UserError,
+            match=r'centres: \{"angpt": 0.004, "gpt\+": 0.002\} there, '
+            r'\{"angpt": 0.001, "gpt\+": 0.002\} here',
+        ):
+            check_report_dir(tiny_plan(data_dir), out)
+        assert check_report_dir(tiny_plan(data_dir, lr={"angpt": 4e-3}), out) == []
+
+
+def test_a_scaling_ladder_centres_every_size_on_the_small_model_rate(data_dir):
+    """A ladder's sizes come from its dial, not its preset: a gpt2-small preset (for the vocabulary and context)
+    does not move its sweeps to the gpt2-small rate."""
+    from angpt.models import registry
+    from angpt.scaling import make_ladder
+
+    from .test_scaling import TINY
+
+    shape = dict(depths=[1, 2, 3], aspect=16, head_dim=8, budgets=[512, 1024, 1536])
+    ladder = make_ladder(data_dir, arms=["gpt+", "angpt"], **shape, **TINY)
+    for preset in (ladder.compare["preset"], "gpt2-small"):
+        ladder.compare |= {"preset": preset, "seq_len": 64}
+        plan = ladder.size_plan(0)
+        for arm in plan.arms:
+            assert plan.centre_lr(arm) == registry.get(arm.arch).recipe.lr, (preset, arm.label)

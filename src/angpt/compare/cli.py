@@ -226,7 +226,9 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         default=",".join(f"{m:g}" for m in (0.25, 0.5, 1, 2, 4)),
         help="LR multipliers around each arm's centre LR (default: %(default)s; '1' = no sweep)",
     )
-    s.add_argument("--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default)")
+    s.add_argument(
+        "--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default at --preset)"
+    )
     s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
     s.add_argument("--max-extensions", type=int, default=2, help="grid extensions when the best LR is at an edge")
     s.add_argument(

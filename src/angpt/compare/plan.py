@@ -303,7 +303,10 @@ class Plan:
     seq_len: int = 0  # resolved by make_plan (the preset's context length unless given)
     micro_batch: int = 0  # resolved by make_plan
     lr_grid: list[float] = field(default_factory=lambda: list(DEFAULT_LR_GRID))  # multipliers of the centre
-    lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: the arch's recipe LR)
+    lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: the recipe's at preset)
+    # The centre each arm's sweep uses, recorded by make_plan (`lr`, else the recipe's rate at `preset`), so that a
+    # stored plan keeps its centres when a recipe's default rate changes; it stands for `lr` in the identity.
+    centres: dict[str, float] = field(default_factory=dict)
     lr_values: dict[str, list[float]] = field(default_factory=dict)  # an explicit absolute grid per arm label
     max_extensions: int = 2
     settings: dict[str, Any] = field(default_factory=dict)  # "model.KEY"/"train.KEY" -> value, every arm
@@ -345,6 +348,8 @@ class Plan:
         return budget == self.sweep_budget or bool(arm.tune)
 
     def centre_lr(self, arm: Arm) -> float:
+        if arm.label in self.centres:
+            return float(self.centres[arm.label])
         return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr_for(self.preset)))
 
     def initial_grid(self, arm: Arm) -> list[float]:
@@ -440,7 +445,7 @@ class Plan:
         """
         d = {k: v for k, v in identity.items() if k not in (*EXTENDABLE, *NOT_IDENTITY)}
         d["arms"] = sorted((a for a in d.get("arms", []) if a.get("label") in labels), key=lambda a: a["label"])
-        for key in ("lr", "lr_values"):
+        for key in ("centres", "lr_values"):
             d[key] = {k: v for k, v in (d.get(key) or {}).items() if k in labels}
         return d
 
@@ -453,6 +458,8 @@ class Plan:
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         d = dict(d)
         d["arms"] = [Arm(**a) for a in d["arms"]]
+        if "centres" not in d:  # stored before centres were recorded: its centres were `lr`, else the recipe's rate
+            d["centres"] = _legacy_centres(d["arms"], d.get("lr") or {})
         return cls(**d)
 
 
@@ -461,7 +468,19 @@ EXTENDABLE = ("budgets", "seeds", "max_extensions")
 
 # Plan fields that change neither which runs exist nor what they compute: where and how fast runs go, and the
 # analysis of their results.
-NOT_IDENTITY = ("data", "device", "extrapolate", "stat", "report_split")
+NOT_IDENTITY = ("data", "device", "extrapolate", "stat", "report_split", "lr")  # `lr`: its centres stand for it
+
+
+def _legacy_centres(arms: list[Arm], lr: dict[str, float]) -> dict[str, float]:
+    """The centres of a plan stored before 2026-11-26: `lr`, else the recipe's one rate at every preset (before
+    Recipe.lr_at). An arm whose architecture is no longer registered keeps none (its identity differs anyway)."""
+    centres = {}
+    for arm in arms:
+        try:
+            centres[arm.label] = float(lr.get(arm.label, registry.get(arm.arch).recipe.lr))
+        except ConfigError:
+            continue
+    return centres
 
 
 def dataset_fingerprint(data: str | Path) -> dict[str, Any]:
@@ -642,6 +661,7 @@ def make_plan(
         tuning_seed=tuning_seed,
         report_split="test" if test.get("tokens") else "val",
     )
+    plan.centres = {a.label: plan.centre_lr(a) for a in arm_objs}
 
     # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
     # one line before anything is trained or written.

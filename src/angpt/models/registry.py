@@ -363,8 +363,14 @@ register(
         tokenformer.TokenFormer,
         "Transformer whose linear maps attend over learnable parameter tokens; grows in place (Wang et al. 2024)",
         # The paper's AdamW, weight decay 0.1 and 1% warm-up (official configs, 150M-1.5B, where the peak LR is
-        # 6e-4); the demo-scale peak LR 2e-3 is ours (GPT+'s; angpt compare sweeps it per arm).
-        Recipe("adamw", lr=2e-3, weight_decay=0.1, warmup_fraction=0.01),
+        # 6e-4, the default from gpt2-small up); the demo-scale peak LR 2e-3 is ours (GPT+'s; compare sweeps it).
+        Recipe(
+            "adamw",
+            lr=2e-3,
+            weight_decay=0.1,
+            warmup_fraction=0.01,
+            lr_at=dict.fromkeys(("gpt2-small", "0.5B", "1B"), 6e-4),
+        ),
         export="custom",
         config={"norm_eps": 1e-5},  # the official LayerNorm epsilon
         constants=_tokenformer_constants,

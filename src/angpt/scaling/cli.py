@@ -222,7 +222,12 @@ def _add_study_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
     s.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (default: <= 16)")
     s.add_argument("--lr-grid", default="0.25,0.5,1,2,4", help="LR multipliers around each arm's centre LR")
-    s.add_argument("--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default)")
+    s.add_argument(
+        "--lr",
+        default=None,
+        metavar="ARM=LR,...",
+        help="centre LR per arm (default: the arch default of the small presets)",
+    )
     s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
     s.add_argument("--max-extensions", type=int, default=2, help="grid extensions when the best LR is at an edge")
     s.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="overrides for every arm")

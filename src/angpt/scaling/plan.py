@@ -125,6 +125,9 @@ class Ladder:
         """The compare plan of `size` (validated against the dataset by compare.make_plan)."""
         options = {k: v for k, v in self.compare.items() if k not in ("settings", "lr_values")}
         lr_values = {**self.compare.get("lr_values", {}), **{k: [v] for k, v in (transferred or {}).items()}}
+        # The sizes come from the dial, not the preset (its vocabulary and context only): every sweep is centred on
+        # the recipe's small-model rate (Recipe.lr), never a larger preset's (Recipe.lr_at), unless --lr gives one.
+        options["lr"] = {a.label: registry.get(a.arch).recipe.lr for a in self.arms} | (options.get("lr") or {})
         return make_plan(
             self.data,
             arms=self._arms_at(size),

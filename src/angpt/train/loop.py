@@ -43,7 +43,7 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resume, recipe_used, resumed_dtype
+from angpt.train.resume import check_resume, check_resumed_rate, recipe_used, resumed_dtype
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, synchronize
 from angpt.train.watch import ResidualWatch
@@ -243,6 +243,7 @@ class Trainer:
             notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity, self.dtype)
             self.recipe = state.get("recipe", self.recipe)
             trainer = ckpt.load_trainer_state(path)
+            check_resumed_rate(path, trainer["scheduler"], self.cfg)
             model_sd = ckpt.load_model_state(path)
             ckpt.check_fits(self.base, model_sd, str(path))
             load_full_state(self.model, self.opt, model_sd, trainer["optimizer"])

@@ -11,6 +11,7 @@ tokenizer) refuses with a one-line error naming the field: resuming under it wou
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,15 @@ def check_resume(
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
+        if key == "lr" and saved_train[key] is None and "lr" not in (recipe or {}):
+            continue  # a run older than the recipe record: its scheduler state has the rate (check_resumed_rate)
         was = _recipe_value(key, saved_train[key], arch, preset, recipe)
-        now = _recipe_value(key, getattr(cfg.train, key), arch, preset)
+        now = _recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset)  # as this run would train
         if was[0] != now[0]:
+            same = f"pass --train.{key} {was[0]}" if was[0] is not None else "resume without changing it"
             raise UserError(
                 f"cannot resume {path} with train.{key}={now[0]!r}{now[1]}: the run was trained with {was[0]!r}"
-                f"{was[1]}; resume without changing it, or start a new run (--out)"
+                f"{was[1]}; {same} to resume it as it was trained, or start a new run (--out)"
             )
     # What the loop cannot see: the optimizer, and the warm-up's fraction and cap where train.warmup_steps stays unset
     # (a changed unset rate or weight decay has stopped above, with its own message).
@@ -190,6 +194,20 @@ def check_resume(
             "for the new length from here on"
         )
     return notes
+
+
+def check_resumed_rate(path: str | Path, scheduler_state: dict[str, Any], cfg: Any) -> None:
+    """Raise UserError when the peak rate in checkpoint `path`'s scheduler state differs from the one `cfg` trains
+    at. Loading that state restores its rate, so a run that predates the recipe record (check_resume falls back to
+    today's recipe there) would otherwise go on at its old rate while this run records the new one."""
+    was = (scheduler_state.get("base_lrs") or [None])[0]
+    if was is None or math.isclose(was, cfg.lr, rel_tol=1e-9):
+        return
+    how = f" (the {cfg.arch} recipe's at {cfg.preset}; train.lr unset)" if cfg.train.lr is None else ""
+    raise UserError(
+        f"cannot resume {path} with train.lr={cfg.lr!r}{how}: the run was trained with {was!r} (its optimizer's "
+        f"schedule); pass --train.lr {was} to resume it as it was trained, or start a new run (--out)"
+    )
 
 
 def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
