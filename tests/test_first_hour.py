@@ -287,40 +287,34 @@ def change_recipe(monkeypatch, arch, **fields):
     monkeypatch.setitem(registry.ARCHITECTURES, arch, changed)
 
 
-def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_recorded_rate_resumes(
-    stopped_run, monkeypatch, capsys
+@pytest.mark.parametrize(
+    "recorded, trained",
+    [
+        (True, "trained with 0.004 (the angpt recipe's when the run started; train.lr unset); pass --train.lr 0.004"),
+        (False, "trained with 0.004 (its optimizer's schedule); pass --train.lr 0.004"),
+    ],
+)
+def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_trained_rate_resumes(
+    stopped_run, monkeypatch, capsys, recorded, trained
 ):
     """A run at the recipe's rate (train.lr unset) records it: when the recipe's rate has changed since, resuming
-    unchanged would go on at another rate than the first half's. It refuses in one line naming both; giving the
-    recorded rate resumes."""
-    out, common = stopped_run
-    change_recipe(monkeypatch, "angpt", lr=2e-3)
-    capsys.readouterr()
-    assert run_cli(*common, "--resume", "auto") == 2
-    line = one_line(capsys)
-    assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
-    assert "trained with 0.004 (the angpt recipe's when the run started; train.lr unset)" in line, line
-    assert "pass --train.lr 0.004 to resume it as it was trained" in line, line
-    assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
-
-
-def test_a_run_older_than_the_recipe_record_is_refused_by_its_optimizers_rate(stopped_run, monkeypatch, capsys):
-    """A checkpoint without the recipe record (written before it existed) cannot say which default rate it took;
-    its scheduler state can: loading it would silently bring the old rate back while the run records the new one.
-    The resume refuses, naming the rate to pass; passing it resumes."""
+    unchanged would go on at another rate than the first half's. It refuses in one line naming both and the rate to
+    pass; passing it resumes. A checkpoint older than the record (no `recipe` in state.json) is refused by its
+    scheduler state's rate, which loading it would otherwise bring back while the run recorded the new one."""
     import json
 
     out, common = stopped_run
-    (state_json,) = out.glob("checkpoints/step_*/state.json")
-    state = json.loads(state_json.read_text())
-    del state["recipe"]
-    state_json.write_text(json.dumps(state))
+    if not recorded:
+        (state_json,) = out.glob("checkpoints/step_*/state.json")
+        state = json.loads(state_json.read_text())
+        del state["recipe"]
+        state_json.write_text(json.dumps(state))
     change_recipe(monkeypatch, "angpt", lr=2e-3)
     capsys.readouterr()
     assert run_cli(*common, "--resume", "auto") == 2
     line = one_line(capsys)
     assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
-    assert "trained with 0.004 (its optimizer's schedule); pass --train.lr 0.004" in line, line
+    assert trained in line, line
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
 
 
