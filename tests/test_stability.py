@@ -158,6 +158,9 @@ def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data
     assert "halve the learning rate (train.lr=0.002; this run's is 0.004)" in err  # a rate to try, not the one run
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "warning" in r] == [3]
+    # the measurement the warning judged is in its row: the last layer's ||h|| is the one it names
+    (warned,) = [r for r in rows if "warning" in r]
+    assert f"to {warned['residual_norms'][-1]:.3g} at layer 1" in warned["warning"], warned
 
 
 def watched(jump=ResidualWatch.JUMP, window=ResidualWatch.WINDOW):
@@ -228,9 +231,17 @@ def test_the_watch_is_not_counted_in_the_step_time(data_dir, tmp_path, monkeypat
     assert times and max(times) < 0.5, times
 
 
-def test_a_healthy_run_does_not_warn(data_dir, tmp_path, capsys):
+def test_a_healthy_run_does_not_warn_and_logs_what_the_watch_measured(data_dir, tmp_path, capsys):
+    """No warning; each logged row of the first 50 steps holds every layer's ||h|| on the probe, and the first row
+    the measurement before step 1 too: the data a later calibration of the warning replays (watch_calibration.py
+    had to rebuild models for it; with train.log_every 1, as the sweeps log, every step's)."""
     tiny_run(data_dir, tmp_path / "r")
     assert "residual stream" not in capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "step_time" in r]
+    assert len(steps) == 3 and [len(r["residual_norms"]) for r in steps] == [2] * 3  # the tiny preset's 2 layers
+    assert len(steps[0]["residual_norms_start"]) == 2 and all("residual_norms_start" not in r for r in steps[1:])
+    assert steps[0]["residual_norms_start"] != steps[0]["residual_norms"]  # before and after the first update
 
 
 def test_smoothed_criteria_ignore_one_hard_batch_but_not_a_real_spike():

@@ -485,8 +485,10 @@ class Trainer:
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
+        start_norms = None  # logged with the first step, so that a run's rows hold every measurement of the watch
         if self.watch is not None and self.step < tc.max_steps:
             self.watch.start(self.base)  # the norms the first rise is judged against
+            start_norms = self.watch.last
         before_step = registry.of(self.base).before_step
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
@@ -528,9 +530,9 @@ class Trainer:
                 self.tokens += tc.batch_tokens
                 synchronize(info.device)
                 dt = time.perf_counter() - t0
-                warning = None  # the watch's probe is not the step's time: measured after it
+                warning = norms = None  # the watch's probe is not the step's time: measured after it
                 if self.watch is not None and self.watch.due(self.step, tc.log_every):
-                    warning = self.watch.check(self.base, self.step)
+                    warning, norms = self.watch.check(self.base, self.step), self.watch.last
                     if warning and info.is_main:
                         print(f"warning: {warning}", file=sys.stderr)
                 step_times.append(dt)
@@ -550,6 +552,11 @@ class Trainer:
                     row["mfu"] = mfu
                 if warning:
                     row["warning"] = warning
+                # every layer's ||h|| on the watch's probe: what a later calibration of the warning replays
+                if start_norms is not None:
+                    row["residual_norms_start"], start_norms = [round(x, 4) for x in start_norms], None
+                if norms is not None:
+                    row["residual_norms"] = [round(x, 4) for x in norms]
                 last = self.step == tc.max_steps
                 if (tc.eval_every and self.step % tc.eval_every == 0) or last:
                     val_loss, val_bpb = self.evaluate()

@@ -42,6 +42,7 @@ class ResidualWatch:
         self.bound, self.probe, self.dtype, self.remedy, self.jump = bound, probe, dtype, remedy, jump
         self.recent: deque[float] = deque(maxlen=window)
         self.warned = False
+        self.last: list[float] | None = None  # the latest measurement of every layer's ||h|| (metrics.jsonl logs it)
 
     def due(self, step: int, log_every: int) -> bool:
         return not self.warned and (step <= self.EARLY or step % log_every == 0)
@@ -61,7 +62,8 @@ class ResidualWatch:
 
     def start(self, model: nn.Module) -> None:
         """Measure before the first step (or at a resumed run's first), the baseline the first rise is judged by."""
-        self.recent.append(max(self.measure(model)))
+        self.last = self.measure(model)
+        self.recent.append(max(self.last))
 
     def check(self, model: nn.Module, step: int) -> str | None:
         """The warning once the largest layer's ||h|| rises past the bound (then never again), else None."""
@@ -69,6 +71,7 @@ class ResidualWatch:
 
     def observe(self, step: int, per_layer: list[float]) -> str | None:
         """Judge one measurement of every layer's ||h|| (the warning or None) and remember its largest."""
+        self.last = per_layer
         top = max(range(len(per_layer)), key=per_layer.__getitem__)
         largest = per_layer[top]
         rose = self.jump is None or not self.recent or largest >= self.jump * min(self.recent)
