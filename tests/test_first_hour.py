@@ -1,6 +1,8 @@
 """A newcomer's first hour (issue 24): the messages, warnings and defaults met between `make demo` and training on
 one's own text. Each test failed before its fix."""
 
+import json
+
 import pytest
 
 from .test_train import TINY, run_cli
@@ -359,7 +361,7 @@ def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, da
         ("tokenformer", "gpt2-small", 6e-4),
     ],
 )
-def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr):
+def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr, capsys):
     """`angpt train --preset gpt2-small` with train.lr unset trains at the rate measured at that size, not the demo
     model's; the run records it, and the dry run says where it came from."""
     from angpt.train.config import load_run_config
@@ -371,6 +373,11 @@ def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr):
     assert recipe_used(arch, preset, cfg.train)["lr"] == lr
     line = next(x for x in format_report(plan_run(cfg, gpus=1)).splitlines() if x.startswith("  optimizer"))
     assert f"peak lr {lr:g} (the {arch} recipe's at {preset}; train.lr unset)" in line, line
+    from angpt.cli import main
+
+    capsys.readouterr()
+    assert main(["info", "--arch", arch, "--preset", preset]) == 0
+    assert json.loads(capsys.readouterr().out)["recipe"]["lr"] == lr  # `angpt info` says the same
     given = load_run_config(None, {"arch": arch, "preset": preset, "train.lr": 5e-3})
     assert given.lr == 5e-3 and "lr" not in recipe_used(arch, preset, given.train)
 

@@ -37,6 +37,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("a config, its constants and parameters: angpt info --arch angpt [--preset demo]")
         return 0
     from angpt.models.laurel import laurel_params
+    from angpt.train.config import TrainConfig
+    from angpt.train.resume import recipe_used
 
     arch, variant = registry.resolve_arm(args.arch or "angpt")  # an architecture, or a variant (ngpt_frozen_alpha)
     cfg = make_config(arch, args.preset or "demo", **{**variant, **_parse_overrides(args.set or [])})
@@ -46,9 +48,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
     if cfg.laurel_parts:
         params["laurel"] = laurel_params(model)
-    r = registry.get(arch).recipe  # the defaults a run of this model takes where train.* leaves them unset
-    recipe = {"optimizer": r.optimizer, "lr": r.lr_for(args.preset or "demo"), "weight_decay": r.weight_decay}
-    recipe["warmup_fraction"] = r.warmup_fraction
+    recipe = recipe_used(arch, args.preset or "demo", TrainConfig())  # what a run takes where train.* is unset
     info = {"config": cfg.to_dict(), "constants": constants, "params": params, "recipe": recipe}
     print(json.dumps(info, indent=2, default=str))
     return 0

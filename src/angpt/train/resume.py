@@ -78,9 +78,10 @@ def recipe_used(arch: str, preset: str, train: Any) -> dict[str, Any]:
 
     recipe = registry.get(arch).recipe
     used = {"optimizer": recipe.optimizer}
-    for key in ("lr", "weight_decay"):
-        if getattr(train, key) is None:
-            used[key] = _recipe_default(arch, preset, key)
+    if train.lr is None:
+        used["lr"] = recipe.lr_for(preset)
+    if train.weight_decay is None:
+        used["weight_decay"] = recipe.weight_decay
     if train.warmup_steps is None:
         used |= {"warmup_fraction": recipe.warmup_fraction, "warmup_cap": recipe.warmup_cap}
     return used
@@ -203,7 +204,7 @@ def check_resumed_rate(path: str | Path, scheduler_state: dict[str, Any], cfg: A
     was = (scheduler_state.get("base_lrs") or [None])[0]
     if was is None or math.isclose(was, cfg.lr, rel_tol=1e-9):
         return
-    how = f" (the {cfg.arch} recipe's at {cfg.preset}; train.lr unset)" if cfg.train.lr is None else ""
+    how = _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset)[1]
     raise UserError(
         f"cannot resume {path} with train.lr={cfg.lr!r}{how}: the run was trained with {was!r} (its optimizer's "
         f"schedule); pass --train.lr {was} to resume it as it was trained, or start a new run (--out)"
