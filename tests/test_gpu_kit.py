@@ -136,3 +136,19 @@ def test_the_plan_uses_the_step_time_an_earlier_loan_measured_at_the_same_shape(
     )
     measured = r"measured: 2\.\d\d s/step at this shape on (NVIDIA )?H[12]00 .*: 4 runs need \d+ s; within"
     assert re.search(measured, res.stdout), res.stdout
+
+
+def test_the_report_says_when_a_sweep_read_its_corpus_more_than_once():
+    """A short loan cuts the corpus (paper-batch-none: 30M tokens for 105M read): its final loss is then a loss on
+    windows seen before, and the report must not call each step's tokens new."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks" / "gpu" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    run = {"arm": "angpt", "lr": 2e-3, "status": "finished", "batch_tokens": 1000, "records": [{"loss": 1.0}] * 35}
+    repeated = "\n".join(report._sweep([run], train_tokens=10_000))
+    assert "read the 0.0M-token training split 3.5 times" in repeated and "new to the model" not in repeated
+    fresh = "\n".join(report._sweep([run], train_tokens=100_000))
+    assert "Each step's tokens are new to the model." in fresh and "times" not in fresh
+    assert "new to the model" not in "\n".join(report._sweep([run]))  # no data step recorded: say nothing

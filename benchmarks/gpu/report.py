@@ -33,8 +33,8 @@ def render(d: dict) -> str:
     for t in d["timeline"]:
         status = t["status"] + (f" ({t['error'][:120]})" if t.get("error") else "")
         out.append(f"| {t['step']} | {status} | {t['seconds']:.0f} | {t['at']:.0f} |")
-    out += ["", *_data(d.get("data")), *_env(d.get("env")), *_speed(d.get("speed")), *_sweep(d.get("sweep"))]
-    out += [*_race(d.get("race"))]
+    out += ["", *_data(d.get("data")), *_env(d.get("env")), *_speed(d.get("speed"))]
+    out += [*_sweep(d.get("sweep"), _train_tokens(d)), *_race(d.get("race"))]
     return "\n".join(out) + "\n"
 
 
@@ -92,17 +92,36 @@ def max_residual(run: dict) -> float | None:
     return max(norms) if norms else None
 
 
-def _sweep(sweep: list | None) -> list[str]:
+def _train_tokens(d: dict) -> int | None:
+    """The training split's size in tokens, where the data step recorded it."""
+    return ((d.get("data") or {}).get("tokens") or {}).get("train")
+
+
+def _passes(sweep: list, train_tokens: int | None) -> float:
+    """How many times the longest run of the sweep read the training split (0 where unknown)."""
+    read = [len(r.get("records", [])) * r.get("batch_tokens", 0) for r in sweep]
+    return max(read, default=0) / train_tokens if train_tokens else 0.0
+
+
+def _sweep(sweep: list | None, train_tokens: int | None = None) -> list[str]:
     out = [
         "## 3. First steps at the paper's batch",
         "",
         "Stable: after step 5 the loss never exceeds 1.3x its running minimum and no pre-clip gradient norm exceeds "
-        "100x the run's median. Final loss: the mean training loss of the last 10 steps (each step's tokens are "
-        "new to the model).",
+        "100x the run's median. Final loss: the mean training loss of the last 10 steps.",
         "",
     ]
     if not sweep:
         return [*out, "not reached", ""]
+    passes = _passes(sweep, train_tokens)
+    if passes > 1:
+        out[-2] += (
+            f" The longest run read the {train_tokens / 1e6:.1f}M-token training split {passes:.1f} times, so its "
+            "last steps saw windows it had trained on: a stability check, whose final loss is not comparable with "
+            "a run on new tokens."
+        )
+    elif passes:
+        out[-2] += " Each step's tokens are new to the model."
     out += [
         "| arm | lr | status | steps | final loss | stable | worst loss / running min | worst grad / median "
         "| first spike | max residual norm | s/step |",
