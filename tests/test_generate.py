@@ -131,12 +131,14 @@ def test_left_padded_logits_equal_single_prompt_logits(models, tok, arch):
 
 
 def test_angpt_needs_per_row_positions(models, tok):
-    """Why generation shifts padded rows' positions: anGPT's nu_att[t] is not shift invariant (RoPE alone is)."""
+    """Why generation shifts padded rows' positions: RoPE alone is shift invariant, but nGPT's and anGPT's learned
+    per-dimension s_qk multiplies q and k after the rotation (so their logits are not a function of the relative
+    position only), and anGPT's nu_att[t] under `dense` depends on the position itself."""
     short, long = tok.encode("glitters is"), tok.encode("All that glitters is")
     pad = len(long) - len(short)
     ids = torch.tensor([[0] * pad + short, long])
     mask = torch.tensor([[False] * pad + [True] * len(short), [True] * len(long)])
-    for arch, shift_matters in [("angpt", True), ("gpt+", False)]:
+    for arch, shift_matters in [("angpt", True), ("ngpt", True), ("gpt+", False)]:
         model = models[arch]
         with torch.no_grad():
             cache = model.make_cache(2, len(long))

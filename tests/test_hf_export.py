@@ -52,8 +52,10 @@ def models(tok):
         "ngpt": trained("ngpt", tok),
         "angpt": trained("angpt", tok),  # its defaults: an exact norm of the MLP input (model.input_norm=mlp)
         "angpt-block": trained("angpt", tok, input_norm="block"),
-        # anGPT's defaults before 2026-11-25: the paper's block, nGPT's alpha and logit scale
-        "angpt-paper": trained("angpt", tok, input_norm="none", s_z_init=1.0, alpha_init=0.05, alpha_speed=1.0),
+        # anGPT's defaults before 2026-11-25: the paper's block and attention factor, nGPT's alpha and logit scale
+        "angpt-paper": trained(
+            "angpt", tok, input_norm="none", s_z_init=1.0, alpha_init=0.05, alpha_speed=1.0, nu_att="dense"
+        ),
         "angpt-gelu": trained("angpt", tok, activation="gelu", qk_norm_mode="none"),  # the config's act. and QK mode
         "gpt+laurel": trained("gpt+", tok, laurel="rw+lr+pa", laurel_rw_shape="vector"),  # the "prenorm" form
         "angpt-laurel": trained("angpt", tok, laurel="rw+lr+pa"),

@@ -28,12 +28,16 @@ CONTEXT = 192  # prompts of up to 100 tokens, then 80 new ones
 NEW = 80
 # where this transformers returns the cache: `cache` from 5.24 on, `past_key_values` before
 CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-EXPORTABLE = [a for a in registry.ARCHITECTURES if a != "gpt+cos"]  # gpt+cos has no transformers form (see below)
+# gpt+cos has no transformers form (see below). angpt-dense: the paper's per-position attention factor nu_att[t]
+# (anGPT's default until 2026-11-26), which the exported model must index at each row's own positions.
+EXPORTABLE = [a for a in registry.ARCHITECTURES if a != "gpt+cos"] + ["angpt-dense"]
+OVERRIDES = {"angpt-dense": ("angpt", {"nu_att": "dense"})}
 
 
-def trained(arch, tok):
+def trained(name, tok):
     """A tiny model after 30 Adam steps on TEXT, at a context that holds the long prompts and 80 new tokens."""
-    return export_tests.trained(arch, tok, steps=30, text=TEXT * 8, window=64, context_length=CONTEXT)
+    arch, overrides = OVERRIDES.get(name, (name, {}))
+    return export_tests.trained(arch, tok, steps=30, text=TEXT * 8, window=64, context_length=CONTEXT, **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -47,11 +47,13 @@ def angpt_norm_violations(model, x, tol=0.15, names=NORMED):
 
 def deep_angpt(n_layers):
     """docs/protocol.md#depth: norm tests must include a deep model. Small vocabulary and batch keep it ~1 s."""
-    return angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": n_layers})
+    return angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": n_layers, "nu_att": "dense"})
 
 
 def test_angpt_init_norms_near_one():
-    model = angpt.build_model("angpt", "tiny", **WIDE)
+    """The paper's constants bring every activation to ~unit norm at init, the attention output with nu_att dense
+    (with the default, none, it is the softmax average of the values, under unit norm past the first position)."""
+    model = angpt.build_model("angpt", "tiny", **WIDE, nu_att="dense")
     assert angpt_norm_violations(model, random_tokens()) == {}
 
 
@@ -84,7 +86,7 @@ def test_angpt_attention_output_norm_grows_with_depth():
     L = 24
     # measured with nGPT's alpha init 0.05 (the paper's 0.01 mixes each branch in 5x more gently, so the correlation
     # and the excess build up more slowly with depth)
-    model = angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": L, "alpha_init": 0.05})
+    model = angpt.build_model("angpt", "tiny", **{**WIDE, "n_layers": L, "alpha_init": 0.05, "nu_att": "dense"})
     x = random_tokens(batch=2)
     values: dict[int, torch.Tensor] = {}
     for i, block in enumerate(model.blocks):
@@ -130,7 +132,7 @@ def test_removing_any_constant_breaks_init_norms(name, monkeypatch):
 
 
 def test_angpt_constants_from_config():
-    cfg = angpt.make_config("angpt", "tiny", d_model=512, n_heads=8, context_length=256)
+    cfg = angpt.make_config("angpt", "tiny", d_model=512, n_heads=8, context_length=256, nu_att="dense")
     nu = angpt.models.angpt_constants(cfg)
     assert nu.nu_qkv == pytest.approx(math.sqrt(8)) and nu.nu_p == pytest.approx(1 / math.sqrt(8))
     assert nu.nu_uz == pytest.approx(0.5) and nu.nu_d == pytest.approx(2.0) and nu.c_z == pytest.approx(math.sqrt(512))

@@ -128,9 +128,13 @@ def tiny_run(data_dir, out, **model):
     return train(load_run_config(None, overrides))
 
 
-def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data_dir, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("paper_form", [True, False])
+def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(
+    data_dir, tmp_path, monkeypatch, capsys, paper_form
+):
     """A block whose output grows 5x per layer from the third step on (what a blow-up's onset looks like): the run
-    warns at step 3, naming the layer, the growth per layer and the rate to lower, once, and logs it."""
+    warns at step 3, naming the layer, the growth per layer and the rate to lower, once, and logs it. In the paper's
+    form (no input norm, the dense attention factor) it names our defaults too; with them, only the rate."""
     original = angpt_module.ANGPTBlock.forward
     grow = {"on": False}
 
@@ -151,10 +155,11 @@ def test_trainer_warns_once_when_the_residual_stream_grows_layer_over_layer(data
             grow["on"] = False
 
     monkeypatch.setattr(watch.ResidualWatch, "check", check_after_two)
-    tiny_run(data_dir, tmp_path / "r", input_norm="none")
+    tiny_run(data_dir, tmp_path / "r", **(dict(input_norm="none", nu_att="dense") if paper_form else {}))
     err = capsys.readouterr().err
     assert err.count("warning: step 3: the residual stream grows layer over layer") == 1, err
-    assert "at layer 1 (x5" in err and "model.input_norm=mlp" in err
+    assert "at layer 1 (x5" in err
+    assert ("model.input_norm=mlp" in err) == paper_form and ("model.nu_att=none" in err) == paper_form, err
     assert "halve the learning rate (train.lr=0.002; this run's is 0.004)" in err  # a rate to try, not the one run
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "warning" in r] == [3]

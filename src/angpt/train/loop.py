@@ -401,7 +401,10 @@ class Trainer:
         remedy = self._halve_lr()
         if getattr(self.mcfg, "input_norm", "mlp") == "none":
             remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
-        remedy += " (docs/open_choices.md#stability-at-width)"
+        if getattr(self.mcfg, "nu_att", "none") != "none":
+            # the paper's factor grows with the position: what blew up the first steps at the paper's batch
+            remedy += " or drop the attention factor (model.nu_att=none, anGPT's default)"
+        remedy += " (docs/open_choices.md#stability-at-width, #nu_att-none-at-the-papers-batch)"
         return ResidualWatch(bound, self._side_batches(1)[0][:1], self.dtype, remedy)
 
     def _halve_lr(self) -> str:
