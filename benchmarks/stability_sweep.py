@@ -113,6 +113,30 @@ def summarise(out: Path, arm: str, lr: float, steps: int, meta: dict) -> dict:
         "error": failed[0]["error"] if failed else None,
         "step_time": sorted(r["step_time"] for r in train)[len(train) // 2] if train else None,
         "trained_with": model_drift(d, meta),  # None: the model this arm makes today
+        "provenance": run_provenance(d),
+    }
+
+
+def run_provenance(d: Path) -> dict | None:
+    """What the run recorded about its making (provenance.json): the commit, torch and the compute dtype."""
+    try:
+        p = json.loads((d / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: p.get(k) for k in ("git_revision", "torch_version", "dtype", "hostname")}
+
+
+def data_provenance(data: str | Path, meta: dict) -> dict:
+    """The dataset the runs read: its content fingerprint, split sizes and how it was prepared (so a later sweep
+    can tell whether it reads the same tokens: a re-prepared folder of the same name need not)."""
+    from angpt.data import data_identity
+
+    identity = data_identity(data)
+    options = meta.get("options", {})
+    return {
+        "fingerprint": identity.get("data_fingerprint"),
+        "tokens": identity.get("tokens"),
+        "prepare": {k: options.get(k) for k in ("source", "tokenizer", "val_fraction", "test_fraction", "max_tokens")},
     }
 
 
@@ -164,6 +188,8 @@ def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, pr
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
         "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
+        "data": data_provenance(a.data, meta),
+        "revisions": sorted({r["provenance"]["git_revision"] or "unknown" for r in runs if r["provenance"]}),
         "seconds": seconds,
         "runs": runs,
         "verdict": verdict,
@@ -178,6 +204,19 @@ def tokens_per_step(s: dict) -> str:
     return f"{s['batch']} x {s['seq']}" + (f" x {accum} micro-batches" if accum > 1 else "")
 
 
+def _provenance_lines(d: dict) -> list[str]:
+    """The data and code the runs came from, as list items (reports written before these were recorded: none)."""
+    lines = []
+    if data := d.get("data"):
+        made = ", ".join(f"{k} {v}" for k, v in data["prepare"].items() if v is not None)
+        train = (data.get("tokens") or {}).get("train")
+        size = f"; {train:,} training tokens" if isinstance(train, int) else ""
+        lines.append(f"- data: fingerprint {str(data.get('fingerprint'))[:16]} ({made}{size})")
+    if d.get("revisions"):
+        lines.append(f"- runs made at revision {', '.join(r[:12] for r in d['revisions'])}")
+    return ["", *lines] if lines else []
+
+
 def render(d: dict) -> str:
     s = d["settings"]
     lines = [
@@ -186,6 +225,7 @@ def render(d: dict) -> str:
         f"`{d['command']}`  ",
         f"{d['machine']}; {d['date']}; seed {s['seed']}; one run per (arm, lr), no repeats: a smoke test of "
         "stability, not evidence of a ranking.",
+        *_provenance_lines(d),
         "",
         f"Stable: after step 5 the training loss, averaged over the last {SMOOTH} steps, never exceeds 1.3x its "
         "running minimum, and no pre-clip gradient norm exceeds 100x the run's median (raw: the same on each "

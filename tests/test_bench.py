@@ -62,6 +62,14 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
         ("gpt+", "finished", None),
     ]
     assert set(report["verdict"]) == {"angpt", "gpt+"}
+    # provenance: the tokens the runs read (a re-prepared folder of the same name need not hold them) and the code
+    from angpt.data import data_identity
+
+    assert report["data"]["fingerprint"] == data_identity(data_dir)["data_fingerprint"]
+    assert report["data"]["tokens"]["train"] > 0 and report["data"]["prepare"]["tokenizer"]
+    revisions = {json.loads(p.read_text())["git_revision"] for p in out.glob("runs/*/*/provenance.json")}
+    assert len(revisions) == 1 and report["revisions"] == sorted(r or "unknown" for r in revisions)
+    assert f"- data: fingerprint {report['data']['fingerprint'][:16]}" in (out / "report.md").read_text()
     # a finished run's checkpoints are gone (the sweep reads metrics; at gpt2-small each is 1.5 GB)
     assert not list(out.glob("runs/*/*/checkpoints")) and (out / "runs" / "gpt+" / "lr0.001" / "metrics.jsonl").exists()
 
