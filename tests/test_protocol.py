@@ -175,3 +175,18 @@ def test_a_flagged_or_pending_lr_check_is_a_warning(three_splits):
     assert warnings(plan, {"gpt+": entry}, None) == ["gpt+: the LR check at 8Ki has not finished."]
     entry["lr_check"] = {**chk, "status": "confirmed", "gap": None}
     assert warnings(plan, {"gpt+": entry}, None) == []
+
+
+def test_a_report_with_nothing_tuned_says_nothing_was_selected(three_splits):
+    """`make demo` trains each arm once at its recipe's rate (--lr-grid 1 --tuning-seed none): its report must not say
+    that a learning rate was chosen on a seed; with a grid, it says how."""
+    from angpt.compare.render import _selection_line
+
+    fixed = make_plan(three_splits, **{**TINY, "tuning_seed": None, "lr_grid": [1]}, arms=["gpt+", "angpt"], seeds=[0])
+    assert _selection_line(fixed, {}).startswith("- selection: none (one learning rate per arm")
+    swept = make_plan(three_splits, **{**TINY, "tuning_seed": None, "lr_grid": [0.5, 1]}, arms=["gpt+"], seeds=[0])
+    assert "learning rates chosen on seed 0" in _selection_line(swept, {})
+    tuned = make_plan(
+        three_splits, **{**TINY, "tuning_seed": None, "lr_grid": [1]}, arms=["gpt+[tune.weight_decay=0:0.1]"]
+    )
+    assert "chosen on seed" in _selection_line(tuned, {})

@@ -399,7 +399,9 @@ def _selection_line(plan: Plan, ds: dict[str, Any]) -> str:
     cover = f"{min(n, tokens):,} of its {tokens:,} tokens" if tokens else f"{n:,} tokens"
     cover += f" ({docs} documents)" if docs else ""
     cover += ", windows evenly spaced over the whole split" if tokens and n < tokens else ", the whole split"
-    if plan.tuning_seed is None:
+    if all(len(plan.initial_grid(a)) == 1 and len(a.settings()) == 1 for a in plan.arms):
+        how = "- selection: none (one learning rate per arm, the recipe's or --lr's, and nothing else tuned)"
+    elif plan.tuning_seed is None:
         how = (
             f"- selection: learning rates chosen on seed {plan.sweep_seed}, by the validation loss, and that seed's "
             "sweep run is also reported (the design before 2026-11-25: selection and measurement share a seed)"
