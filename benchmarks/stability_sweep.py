@@ -123,18 +123,22 @@ def run_provenance(d: Path) -> dict | None:
         p = json.loads((d / "provenance.json").read_text())
     except (OSError, ValueError):
         return None
-    return {k: p.get(k) for k in ("git_revision", "torch_version", "dtype", "hostname")}
+    return {k: p.get(k) for k in ("git_revision", "torch_version", "dtype", "hostname", "data_fingerprint")}
 
 
-def data_provenance(data: str | Path, meta: dict) -> dict:
+def data_provenance(data: str | Path, meta: dict, runs: list[dict]) -> dict:
     """The dataset the runs read: its content fingerprint, split sizes and how it was prepared (so a later sweep
-    can tell whether it reads the same tokens: a re-prepared folder of the same name need not)."""
+    can tell whether it reads the same tokens: a re-prepared folder of the same name need not), and the runs that
+    recorded another fingerprint than the folder holds now (`other_data`: it was re-prepared since they trained)."""
     from angpt.data import data_identity
 
     identity = data_identity(data)
     options = meta.get("options", {})
+    fingerprint = identity.get("data_fingerprint")
+    recorded = [(r, (r.get("provenance") or {}).get("data_fingerprint")) for r in runs]
     return {
-        "fingerprint": identity.get("data_fingerprint"),
+        "fingerprint": fingerprint,
+        "other_data": [f"{r['arm']} @ {r['lr']:g}" for r, f in recorded if f is not None and f != fingerprint],
         "tokens": identity.get("tokens"),
         "prepare": {k: options.get(k) for k in ("source", "tokenizer", "val_fraction", "test_fraction", "max_tokens")},
     }
@@ -188,7 +192,7 @@ def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, pr
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
         "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
-        "data": data_provenance(a.data, meta),
+        "data": data_provenance(a.data, meta, runs),
         "revisions": sorted({r["provenance"]["git_revision"] or "unknown" for r in runs if r["provenance"]}),
         "seconds": seconds,
         "runs": runs,
@@ -212,8 +216,13 @@ def _provenance_lines(d: dict) -> list[str]:
         train = (data.get("tokens") or {}).get("train")
         size = f"; {train:,} training tokens" if isinstance(train, int) else ""
         lines.append(f"- data: fingerprint {str(data.get('fingerprint'))[:16]} ({made}{size})")
+        if data.get("other_data"):
+            lines.append(
+                f"- **trained on other data** (the folder was re-prepared since): {', '.join(data['other_data'])}"
+            )
     if d.get("revisions"):
-        lines.append(f"- runs made at revision {', '.join(r[:12] for r in d['revisions'])}")
+        shown = [r[:12] + ("+dirty" if r.endswith("+dirty") else "") for r in d["revisions"]]
+        lines.append(f"- runs made at revision {', '.join(shown)}")
     return ["", *lines] if lines else []
 
 

@@ -84,8 +84,14 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
         assert "runs/angpt/lr0.001 was trained with model.alpha_speed=1.0 (now 5.0)" in res.stderr
         assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
+    # a run that recorded other tokens than the folder holds now (re-prepared since) is named as such
+    gpt_prov = out / "runs" / "gpt+" / "lr0.001" / "provenance.json"
+    assert json.loads(gpt_prov.read_text())["data_fingerprint"] == report["data"]["fingerprint"]
+    gpt_prov.write_text(json.dumps({**json.loads(gpt_prov.read_text()), "data_fingerprint": "0" * 64}))
     res = sweep("angpt", "--report-only")
     assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((out / "report.json").read_text())["data"]["other_data"] == ["gpt+ @ 0.001"]
+    assert "**trained on other data** (the folder was re-prepared since): gpt+ @ 0.001" in res.stdout
     report = json.loads((out / "report.json").read_text())
     assert [r["trained_with"] for r in report["runs"]] == ["model.alpha_speed=1.0 (now 5.0)", None]
     assert "--report-only" not in report["command"] and "--report-only" in report["rewritten_by"]

@@ -118,7 +118,10 @@ def test_angpt_attention_output_norm_grows_with_depth():
 def test_removing_any_constant_breaks_init_norms(name, monkeypatch):
     # nu(a) = 1.01 at the default alpha 0.01: 2% per block, within tolerance over the tiny model's depth; at nGPT's
     # 0.05 it is 5% per update
-    model = angpt.build_model("angpt", "tiny", **WIDE, **({"alpha_init": 0.05} if name == "nu_lerp" else {}))
+    # the paper's dense nu_att: with the default none the attention output is below unit norm to begin with
+    extra = {"nu_att": "dense", **({"alpha_init": 0.05} if name == "nu_lerp" else {})}
+    model = angpt.build_model("angpt", "tiny", **WIDE, **extra)
+    assert angpt_norm_violations(model, random_tokens()) == {}  # intact, it passes
     if name == "nu_att":
         model.nu_att.fill_(1.0)
     elif name == "nu_lerp":
@@ -202,7 +205,8 @@ def test_gpt_has_no_constraint_hook():
         ("angpt", {"qk_norm_mode": "none", "gate_scale": "learnable", "alpha_shape": "scalar"}),
         ("angpt", {"nu_att": "sqrt_pos"}),
         ("angpt", {"input_norm": "block"}),
-        ("angpt", {"input_norm": "none", "s_z_init": 1.0, "alpha_init": 0.05}),  # the defaults before 2026-11
+        ("angpt", {"nu_att": "dense"}),  # the paper's factor (the default until 2026-11-26)
+        ("angpt", {"input_norm": "none", "s_z_init": 1.0, "alpha_init": 0.05, "nu_att": "dense"}),  # before 2026-11
     ],
 )
 def test_folded_logits_equal_unfolded(arch, overrides):
@@ -377,6 +381,13 @@ def test_registry_entry_builds_trains_and_reports(arch):
 def test_registry_drives_config_defaults_and_rejects_duplicates():
     assert angpt.make_config("gpt", "tiny").qk_norm is False  # the entry's config default
     assert angpt.make_config("gpt", "tiny", qk_norm=True).qk_norm is True  # overrides win
+    # A config made for the architecture keeps its choices over the entry's defaults (anGPT's nu_att is none by the
+    # entry; a dense config rebuilt, as `angpt info` rebuilds it, stays dense); one made for another gets them.
+    dense = angpt.make_config("angpt", "tiny", nu_att="dense", input_norm="none")
+    assert angpt.make_config("angpt", "tiny").nu_att == "none"
+    again = angpt.build_model("angpt", dense).config
+    assert (again.nu_att, again.input_norm) == ("dense", "none") and again == dense
+    assert angpt.make_config("gpt", angpt.make_config("gpt+", "tiny")).qk_norm is False
     assert registry.resolve_arm("ngpt_bounded") == ("ngpt", {"weight_constraint": "bounded"})
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("angpt"))

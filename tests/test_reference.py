@@ -341,7 +341,7 @@ CASES = [
     ("angpt", dict(qk_norm_mode="none", softmax_scale=2.0)),
     ("angpt", dict(gate_scale="learnable", alpha_shape="scalar")),
     ("angpt", dict(nu_att="sqrt_pos")),
-    ("angpt", dict(nu_att="none", n_layers=3, d_model=128, n_heads=8, d_ff=384)),
+    ("angpt", dict(nu_att="dense", n_layers=3, d_model=128, n_heads=8, d_ff=384)),  # the paper's (default: none)
     (
         "angpt",
         dict(gate_scale="learnable", s_uz_init=0.5, s_uz_scale=2.0, alpha_init=0.1, alpha_scale=0.5)
@@ -350,7 +350,7 @@ CASES = [
     ("angpt", dict(activation="gelu")),
     ("angpt", dict(input_norm="block")),
     # the defaults before 2026-11-25
-    ("angpt", dict(input_norm="none", s_z_init=1.0, alpha_init=0.05, alpha_speed=1.0)),
+    ("angpt", dict(input_norm="none", s_z_init=1.0, alpha_init=0.05, alpha_speed=1.0, nu_att="dense")),
     ("ngpt", dict(activation="gelu")),
 ]
 

@@ -5,9 +5,11 @@ them into a tensor, :func:`generate_batch` runs text prompts in left-padded batc
 decoded text as it is produced.
 
 Left padding and positions. A left-padded row's real tokens sit at shifted absolute positions. Attention only
-needs the padding keys masked (the KV cache's `key_mask`), and RoPE is relative in exact arithmetic, but anGPT
-multiplies attention outputs by a per-position factor `nu_att[t]` that is not shift invariant. So a padded row is
-run at its own positions: position = absolute index - (row's padding), for RoPE and `nu_att` alike. Then every
+needs the padding keys masked (the KV cache's `key_mask`), and RoPE is relative in exact arithmetic, but nGPT and
+anGPT scale q and k per dimension by a learned `s_qk` after the rotation (so their logits depend on more than the
+relative position), and anGPT with `nu_att: dense` multiplies attention outputs by a per-position factor
+`nu_att[t]`. So a padded row is run at its own positions: position = absolute index - (row's padding), for RoPE and
+`nu_att` alike. Then every
 row computes what it would compute alone, and batched greedy generation equals per-prompt generation.
 The KV cache carries the per-row padding (`KVCache.offsets`) to the blocks.
 

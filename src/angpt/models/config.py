@@ -84,7 +84,7 @@ class ModelConfig:
 
     # anGPT open choices (docs/architectures.md#open-choices).
     qk_norm_mode: str = "exact"  # anGPT: exact QK-norm with s_qk, or none (nu_qkv alone)
-    nu_att: str = "dense"  # anGPT attention-output factor: dense, none, sqrt_pos or calibrated
+    nu_att: str = "dense"  # anGPT attention factor: dense (the paper's; the registry: none), none, sqrt_pos, calibrated
     gate_scale: str = "fixed"  # anGPT gate scale c_z: fixed sqrt(d) or learnable
     # An exact L2 normalisation of a branch's input (ours, not the paper's, which adds no normalisation layer): of
     # the MLP's ("mlp"), or of the attention's and the MLP's ("block"). docs/open_choices.md#stability-at-width.

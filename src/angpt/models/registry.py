@@ -180,9 +180,11 @@ def check_config(cfg: ModelConfig) -> ModelConfig:
 def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
     """A validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
 
-    The entry's config defaults go over the preset (e.g. "gpt" sets qk_norm=False), then the overrides.
+    The entry's config defaults go over the preset (e.g. "gpt" sets qk_norm=False), then the overrides. A config
+    already made for `arch` keeps its values (its choices over those defaults, e.g. anGPT's nu_att=dense, stay).
     """
     spec = get(arch)
+    resolved = isinstance(preset, ModelConfig) and preset.arch == arch
     if isinstance(preset, ModelConfig):
         base = preset.to_dict()
     elif isinstance(preset, dict):
@@ -191,7 +193,8 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
         base = dict(PRESETS[preset])
     else:
         raise ConfigError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
-    base.update(spec.config)
+    if not resolved:
+        base.update(spec.config)
     base["arch"] = arch
     base.update(overrides)
     return check_config(ModelConfig.from_dict(base))

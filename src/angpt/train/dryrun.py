@@ -154,7 +154,7 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
 
 
 def _optimizer_summary(cfg: RunConfig) -> str:
-    """E.g. `adam, peak lr 0.001 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
+    """E.g. `adam, peak lr 0.002 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
     tc, recipe = cfg.train, registry.get(cfg.arch).recipe
     source = f" (the {cfg.arch} recipe's at {cfg.preset}; train.lr unset)" if tc.lr is None else ""
     warmup = recipe.warmup_steps(tc.max_steps) if tc.warmup_steps is None else tc.warmup_steps

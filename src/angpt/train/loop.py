@@ -465,7 +465,9 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             run = {"run": self.cfg.to_dict(), "model": self.mcfg.to_dict(), "recipe": self.recipe}
             (self.out / "config.json").write_text(json.dumps(run, indent=2))
-            (self.out / "provenance.json").write_text(json.dumps(provenance(self.cfg, self.info, self.dtype), indent=2))
+            (self.out / "provenance.json").write_text(
+                json.dumps(provenance(self.cfg, self.info, self.dtype, self.data_identity), indent=2)
+            )
 
     # ------------------------------------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
