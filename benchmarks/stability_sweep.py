@@ -126,19 +126,15 @@ def run_provenance(d: Path) -> dict | None:
     return {k: p.get(k) for k in ("git_revision", "torch_version", "dtype", "hostname", "data_fingerprint")}
 
 
-def data_provenance(data: str | Path, meta: dict, runs: list[dict]) -> dict:
-    """The dataset the runs read: its content fingerprint, split sizes and how it was prepared (so a later sweep
-    can tell whether it reads the same tokens: a re-prepared folder of the same name need not), and the runs that
-    recorded another fingerprint than the folder holds now (`other_data`: it was re-prepared since they trained)."""
+def data_provenance(data: str | Path, meta: dict) -> dict:
+    """The dataset folder as the report reads it: its content fingerprint, split sizes and how it was prepared. Each
+    run records the fingerprint it trained on (provenance.json), so a folder re-prepared since shows in the report."""
     from angpt.data import data_identity
 
     identity = data_identity(data)
     options = meta.get("options", {})
-    fingerprint = identity.get("data_fingerprint")
-    recorded = [(r, (r.get("provenance") or {}).get("data_fingerprint")) for r in runs]
     return {
-        "fingerprint": fingerprint,
-        "other_data": [f"{r['arm']} @ {r['lr']:g}" for r, f in recorded if f is not None and f != fingerprint],
+        "fingerprint": identity.get("data_fingerprint"),
         "tokens": identity.get("tokens"),
         "prepare": {k: options.get(k) for k in ("source", "tokenizer", "val_fraction", "test_fraction", "max_tokens")},
     }
@@ -192,8 +188,7 @@ def report(a: argparse.Namespace, pairs: list[tuple[str, float]], meta: dict, pr
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d"),
         "settings": {k: v for k, v in vars(a).items() if k != "report_only"},
-        "data": data_provenance(a.data, meta, runs),
-        "revisions": sorted({r["provenance"]["git_revision"] or "unknown" for r in runs if r["provenance"]}),
+        "data": data_provenance(a.data, meta),
         "seconds": seconds,
         "runs": runs,
         "verdict": verdict,
@@ -210,18 +205,21 @@ def tokens_per_step(s: dict) -> str:
 
 def _provenance_lines(d: dict) -> list[str]:
     """The data and code the runs came from, as list items (reports written before these were recorded: none)."""
-    lines = []
+    lines, made_by = [], [r.get("provenance") or {} for r in d["runs"]]
     if data := d.get("data"):
         made = ", ".join(f"{k} {v}" for k, v in data["prepare"].items() if v is not None)
         train = (data.get("tokens") or {}).get("train")
         size = f"; {train:,} training tokens" if isinstance(train, int) else ""
         lines.append(f"- data: fingerprint {str(data.get('fingerprint'))[:16]} ({made}{size})")
-        if data.get("other_data"):
-            lines.append(
-                f"- **trained on other data** (the folder was re-prepared since): {', '.join(data['other_data'])}"
-            )
-    if d.get("revisions"):
-        shown = [r[:12] + ("+dirty" if r.endswith("+dirty") else "") for r in d["revisions"]]
+        other = [
+            f"{r['arm']} @ {r['lr']:g}"
+            for r, p in zip(d["runs"], made_by)
+            if p.get("data_fingerprint") not in (None, data["fingerprint"])
+        ]
+        if other:
+            lines.append(f"- **trained on other data** (the folder was re-prepared since): {', '.join(other)}")
+    if revisions := sorted({p["git_revision"] or "unknown" for p in made_by if "git_revision" in p}):
+        shown = [r[:12] + ("+dirty" if r.endswith("+dirty") else "") for r in revisions]
         lines.append(f"- runs made at revision {', '.join(shown)}")
     return ["", *lines] if lines else []
 

@@ -8,7 +8,10 @@ from angpt.errors import UserError
 from angpt.infer import IncrementalDecoder, generate, generate_batch, sample_stream
 from angpt.infer.generate import forward_hidden, pick_tokens
 
-ARCHS = list(angpt.ARCHS)  # every registered architecture
+# every registered architecture, and anGPT with the paper's per-position attention factor nu_att[t] (its default until
+# 2026-11-26), which a left-padded row must read at its own positions
+ARCHS = [*angpt.ARCHS, "angpt-dense"]
+OVERRIDES = {"angpt-dense": ("angpt", {"nu_att": "dense"})}
 STEPS = 60
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
@@ -24,9 +27,10 @@ def models(tok):
     """Each architecture (tiny, bytes vocabulary) after STEPS Adam steps on TEXT, so that logits are not flat."""
     data = torch.tensor(tok.encode(TEXT * 3))
     out = {}
-    for arch in ARCHS:
+    for name in ARCHS:
+        arch, overrides = OVERRIDES.get(name, (name, {}))
         torch.manual_seed(0)
-        model = angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size)
+        model = angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size, **overrides)
         opt, _ = angpt.make_optimizer(model, lr=1e-2, max_steps=STEPS)
         angpt.attach_constraints(model, opt)
         gen = torch.Generator().manual_seed(0)
@@ -37,7 +41,7 @@ def models(tok):
             loss.backward()
             opt.step()
             opt.zero_grad()
-        out[arch] = model.eval()
+        out[name] = model.eval()
     return out
 
 
@@ -55,7 +59,7 @@ def test_greedy_cache_equals_full_recompute(models, tok, arch):
     assert cached.shape == (3, 12 + 24)
     assert torch.equal(cached[:, :12], x)
     assert torch.equal(cached, full)
-    if arch in ("ngpt", "angpt"):  # the folded inference model through the same cache path
+    if arch in ("ngpt", "angpt", "angpt-dense"):  # the folded inference model through the same cache path
         folded = angpt.fold_for_inference(model)
         assert torch.equal(
             generate(folded, x, max_new_tokens=24, temperature=0),

@@ -399,9 +399,9 @@ class Trainer:
         if bound is None or self.info.enabled:
             return None
         remedy = self._halve_lr()
-        if getattr(self.mcfg, "input_norm", "mlp") == "none":
+        if self.mcfg.input_norm == "none":
             remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
-        if getattr(self.mcfg, "nu_att", "none") != "none":
+        if self.mcfg.nu_att != "none":
             # the paper's factor grows with the position: what blew up the first steps at the paper's batch
             remedy += " or drop the attention factor (model.nu_att=none, anGPT's default)"
         remedy += " (docs/open_choices.md#stability-at-width, #nu_att-none-at-the-papers-batch)"

@@ -34,7 +34,7 @@ def git_revision(where: Path | None = None) -> str | None:
         return None
 
 
-def provenance(cfg: RunConfig, info: DistInfo, dtype: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+def provenance(cfg: RunConfig, info: DistInfo, dtype: str, data: dict[str, Any]) -> dict[str, Any]:
     """How a run was made: versions, commit, machine, dtype, command, and (`data`: angpt.data.data_identity) the
     content fingerprint of the tokens it read, which a folder of the same name need not hold later."""
     import angpt
@@ -57,6 +57,6 @@ def provenance(cfg: RunConfig, info: DistInfo, dtype: str, data: dict[str, Any] 
         "threads": torch.get_num_threads(),
         "hostname": platform.node(),
         "command": command_argv(),
-        "data_fingerprint": (data or {}).get("data_fingerprint"),
+        "data_fingerprint": data.get("data_fingerprint"),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

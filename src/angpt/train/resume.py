@@ -78,10 +78,9 @@ def recipe_used(arch: str, preset: str, train: Any) -> dict[str, Any]:
 
     recipe = registry.get(arch).recipe
     used = {"optimizer": recipe.optimizer}
-    if train.lr is None:
-        used["lr"] = recipe.lr_for(preset)
-    if train.weight_decay is None:
-        used["weight_decay"] = recipe.weight_decay
+    for key in ("lr", "weight_decay"):
+        if getattr(train, key) is None:
+            used[key] = _recipe_default(arch, preset, key)
     if train.warmup_steps is None:
         used |= {"warmup_fraction": recipe.warmup_fraction, "warmup_cap": recipe.warmup_cap}
     return used
