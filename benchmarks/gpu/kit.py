@@ -271,6 +271,13 @@ def next_run_fits(times: list[float], steps: int, left: float) -> bool:
     return left > 0 and (max(times) if times else 0.0) * steps * 0.5 <= left
 
 
+def sweep_run(entry: list) -> tuple[str, float, int]:
+    """(arm, lr, seed) of a sweep run written [arm, lr] or [arm, lr, seed] in the settings (seed 0 by default)."""
+    if not 2 <= len(entry) <= 3:
+        raise ValueError(f"a sweep run is [arm, lr] or [arm, lr, seed], not {entry!r}")
+    return str(entry[0]), float(entry[1]), int(entry[2]) if len(entry) == 3 else 0
+
+
 def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dict]:
     """The first steps of each (arm, lr) at the paper's batch, in the settings' order, until the budget ends."""
     from angpt.bench.firststeps import first_steps
@@ -285,18 +292,20 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
     probe, _ = TokenLoader(data["dir"], "val", spec["probe_batch"], T, seed=0).next_batch()
     runs: list[dict] = []
     times: list[float] = []  # measured seconds per step, any arm: the next run's estimate
-    for arm, lr in spec["runs"]:
+    for entry in spec["runs"]:
+        arm, lr, seed = sweep_run(entry)
         if not next_run_fits(times, spec["steps"], deadline - time.time()):
-            runs.append({"arm": arm, "lr": lr, "status": "skipped: out of the step's time budget"})
+            runs.append({"arm": arm, "lr": lr, "seed": seed, "status": "skipped: out of the step's time budget"})
             res.set("sweep", runs)
             continue
-        loader = TokenLoader(data["dir"], "train", micro, T, seed=0)
-        side = TokenLoader(data["dir"], "train", micro, T, seed=SIDE_SEED)  # the trainer's, for nu_att calibrated
+        # the seed fixes the initialisation and the data order, as a run's seed does in `angpt train`
+        loader = TokenLoader(data["dir"], "train", micro, T, seed=seed)
+        side = TokenLoader(data["dir"], "train", micro, T, seed=seed + SIDE_SEED)  # nu_att calibrated's batches
         slot = len(runs)
-        runs.append({"arm": arm, "lr": lr, "status": "starting"})
+        runs.append({"arm": arm, "lr": lr, "seed": seed, "status": "starting"})
 
-        def publish(run, slot=slot):
-            runs[slot] = run.to_dict()
+        def publish(run, slot=slot, seed=seed):
+            runs[slot] = {**run.to_dict(), "seed": seed}
             res.set("sweep", runs)
 
         try:
@@ -311,6 +320,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
                 accum=accum,
                 device=cfg["device"],
                 dtype=cfg["dtype"],
+                seed=seed,
                 stop_factor=spec["stop_factor"],
                 deadline=deadline,
                 on_step=publish,
@@ -322,7 +332,7 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
             if run.step_time:
                 times.append(run.step_time)
         except Exception as e:  # noqa: BLE001
-            runs[slot] = {"arm": arm, "lr": lr, "status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
+            runs[slot] = {"arm": arm, "lr": lr, "seed": seed, "status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
             runs[slot]["traceback"] = traceback.format_exc(limit=4)[-1500:]
         if cfg["device"] == "cuda":
             torch.cuda.empty_cache()
@@ -492,11 +502,12 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
     sw = cfg["sweep"]
     accum = sw["batch_tokens"] // (sw["seq_len"] * sw["micro_batch"])
     sweep_s = 0.0
-    for arm, lr in sw["runs"]:
+    for arm, lr, seed in map(sweep_run, sw["runs"]):
         r = estimate(arm, sw["preset"], sw["seq_len"], sw["micro_batch"], sw["batch_tokens"], vocab_size=8192)
         sweep_s += sw["steps"] * r.step_time
         lines.append(
-            f"| sweep | {sw['preset']} T={sw['seq_len']}, {sw['batch_tokens']} tok/step | {arm} @ {lr:g} | "
+            f"| sweep | {sw['preset']} T={sw['seq_len']}, {sw['batch_tokens']} tok/step | {arm} @ {lr:g}"
+            f"{f' seed {seed}' if seed else ''} | "
             f"{sw['micro_batch']} x {accum} | {r.needed / 1e9:.1f} | {r.step_time:.2f} | 1 x {sw['steps']} | "
             f"{sw['steps'] * r.step_time:.0f} |"
         )
@@ -512,7 +523,7 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
     if measured is not None and sw["runs"]:
         step_s, where = measured
         started, skipped = sweep_fit(step_s, sw["steps"], sw["runs"], sw["budget_s"])
-        names = ", ".join(f"{arm} @ {lr:g}" for arm, lr in skipped)
+        names = ", ".join(f"{arm} @ {lr:g}" for arm, lr, _ in map(sweep_run, skipped))
         lines.append(
             f"- sweep, measured: {step_s:.2f} s/step at this shape on {where}: {len(sw['runs'])} runs need "
             f"{step_s * sw['steps'] * len(sw['runs']):.0f} s; within {sw['budget_s']} s, {len(started)} start"

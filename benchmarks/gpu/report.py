@@ -123,15 +123,16 @@ def _sweep(sweep: list | None, train_tokens: int | None = None) -> list[str]:
     elif passes:
         out[-2] += " Each step's tokens are new to the model."
     out += [
-        "| arm | lr | status | steps | final loss | stable | worst loss / running min | worst grad / median "
+        "| arm | lr | seed | status | steps | final loss | stable | worst loss / running min | worst grad / median "
         "| first spike | max residual norm | s/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in sweep:
         st = run.get("stability", {})
         recs = run.get("records", [])
         out.append(
-            f"| {run['arm']} | {run['lr']:g} | {run['status']} | {len(recs)} | {_f(run.get('final_loss'))} | "
+            f"| {run['arm']} | {run['lr']:g} | {run.get('seed', 0)} | {run['status']} | {len(recs)} | "
+            f"{_f(run.get('final_loss'))} | "
             f"{_f(st.get('stable'))} | {_f(st.get('loss_ratio'), '.3g')} | {_f(st.get('grad_ratio'), '.3g')} | "
             f"{_f(st.get('first_spike'))} | {_f(max_residual(run), '.3g')} | {_f(run.get('step_time'), '.3g')} |"
         )
@@ -169,7 +170,7 @@ def plots(d: dict, out: Path) -> list[str]:
     if sweep:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
         for run in sweep:
-            label = f"{run['arm']} @ {run['lr']:g}"
+            label = f"{run['arm']} @ {run['lr']:g}" + (f" seed {run['seed']}" if run.get("seed") else "")
             steps = [r["step"] for r in run["records"]]
             ax1.plot(steps, [min(r["loss"], 1e4) for r in run["records"]], label=label)
             norms = [(r["step"], max(r["residual_norms"])) for r in run["records"] if r.get("residual_norms")]
