@@ -157,17 +157,7 @@ def step_env(cfg: dict) -> dict:
     from angpt.train.hardware import peak_for_device_name
 
     dev = torch.device(cfg["device"])
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cpu_count": os.cpu_count(),
-        "device": str(dev),
-    }
-    with contextlib.suppress(ImportError):
-        import transformers
-
-        env["transformers"] = transformers.__version__
+    env: dict[str, Any] = {"cpu_count": os.cpu_count(), "device": str(dev), **versions(dev)}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         env.update(
@@ -185,6 +175,8 @@ def step_env(cfg: dict) -> dict:
     q = torch.randn(2, 4, 256, 64, device=dev, dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
     for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
         env[f"sdpa_{name.lower()}"] = _sdpa_works(name, q, F)
+    if not cfg.get("compile_check", True):  # a CPU rehearsal: 20 s of compiling that tells nothing about a loan
+        return env
     t0 = time.perf_counter()
     try:
         fn = torch.compile(lambda x: torch.nn.functional.silu(x) * x + 1.0)
@@ -195,6 +187,33 @@ def step_env(cfg: dict) -> dict:
         env["compile"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     env["compile_s"] = round(time.perf_counter() - t0, 1)
     return env
+
+
+def versions(dev: torch.device) -> dict[str, Any]:
+    """What a loan's figures depend on, cheap to read: the GPU, its driver, torch, CUDA and cuDNN."""
+    import subprocess
+
+    out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+    if dev.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(dev)
+        out["cudnn"] = torch.backends.cudnn.version()
+        try:
+            smi = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            out["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else None
+        except (OSError, subprocess.SubprocessError):
+            out["driver"] = None
+    else:
+        out["cpu"] = platform.processor() or platform.machine()
+    with contextlib.suppress(ImportError):
+        import transformers
+
+        out["transformers"] = transformers.__version__
+    return out
 
 
 def _matmul_tflops(dev: torch.device, dtype: torch.dtype, n: int, reps: int = 10) -> float:
@@ -249,6 +268,7 @@ def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
                 warmup=spec["warmup"],
                 reps=spec["reps"],
                 device=cfg["device"],
+                profile_steps=spec.get("profile_steps", 0),  # the top kernels' table, for a target missed
             )
             entry["rows"] = [vars(r) for r in rows]
             entry["status"] = "done"
@@ -278,18 +298,48 @@ def sweep_run(entry: list) -> tuple[str, float, int]:
     return str(entry[0]), float(entry[1]), int(entry[2]) if len(entry) == 3 else 0
 
 
-def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dict]:
-    """The first steps of each (arm, lr) at the paper's batch, in the settings' order, until the budget ends."""
+def sweep_one(cfg: dict, spec: dict, data: dict, arm: str, lr: float, seed: int, deadline: float, publish=None) -> dict:
+    """One run of a first-steps sweep (`spec`: the sweep's shape) at `seed`, which fixes the initialisation and
+    the data order as a run's seed does in `angpt train`; `publish(run)` after every step."""
     from angpt.bench.firststeps import first_steps
     from angpt.data import TokenLoader
     from angpt.train.loop import SIDE_SEED
 
-    spec = cfg["sweep"]
     T, micro = spec["seq_len"], spec["micro_batch"]
     accum = spec["batch_tokens"] // (T * micro)
     if accum * T * micro != spec["batch_tokens"]:
-        raise ValueError(f"sweep.batch_tokens {spec['batch_tokens']} is not a multiple of seq_len x micro_batch")
+        raise ValueError(f"batch_tokens {spec['batch_tokens']} is not a multiple of seq_len x micro_batch")
     probe, _ = TokenLoader(data["dir"], "val", spec["probe_batch"], T, seed=0).next_batch()
+    loader = TokenLoader(data["dir"], "train", micro, T, seed=seed)
+    side = TokenLoader(data["dir"], "train", micro, T, seed=seed + SIDE_SEED)  # nu_att calibrated's batches
+    run = first_steps(
+        arm,
+        spec["preset"],
+        lr,
+        spec["steps"],
+        loader.next_batch,
+        probe,
+        batch_tokens=spec["batch_tokens"],
+        accum=accum,
+        device=cfg["device"],
+        dtype=cfg["dtype"],
+        seed=seed,
+        stop_factor=spec["stop_factor"],
+        deadline=deadline,
+        on_step=publish,
+        max_steps=spec.get("schedule_steps"),  # the LR schedule's length (default: the steps run)
+        side_batches=lambda n: [side.next_batch()[0] for _ in range(n)],
+        vocab_size=data["vocab_size"],
+        context_length=T,
+    )
+    if cfg["device"] == "cuda":
+        torch.cuda.empty_cache()
+    return {**run.to_dict(), "seed": seed}
+
+
+def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dict]:
+    """The first steps of each (arm, lr, seed) at the paper's batch, in the settings' order, until the budget ends."""
+    spec = cfg["sweep"]
     runs: list[dict] = []
     times: list[float] = []  # measured seconds per step, any arm: the next run's estimate
     for entry in spec["runs"]:
@@ -298,9 +348,6 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
             runs.append({"arm": arm, "lr": lr, "seed": seed, "status": "skipped: out of the step's time budget"})
             res.set("sweep", runs)
             continue
-        # the seed fixes the initialisation and the data order, as a run's seed does in `angpt train`
-        loader = TokenLoader(data["dir"], "train", micro, T, seed=seed)
-        side = TokenLoader(data["dir"], "train", micro, T, seed=seed + SIDE_SEED)  # nu_att calibrated's batches
         slot = len(runs)
         runs.append({"arm": arm, "lr": lr, "seed": seed, "status": "starting"})
 
@@ -309,33 +356,12 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
             res.set("sweep", runs)
 
         try:
-            run = first_steps(
-                arm,
-                spec["preset"],
-                lr,
-                spec["steps"],
-                loader.next_batch,
-                probe,
-                batch_tokens=spec["batch_tokens"],
-                accum=accum,
-                device=cfg["device"],
-                dtype=cfg["dtype"],
-                seed=seed,
-                stop_factor=spec["stop_factor"],
-                deadline=deadline,
-                on_step=publish,
-                max_steps=spec.get("schedule_steps"),  # the LR schedule's length (default: the steps run)
-                side_batches=lambda n, side=side: [side.next_batch()[0] for _ in range(n)],
-                vocab_size=data["vocab_size"],
-                context_length=T,
-            )
-            if run.step_time:
-                times.append(run.step_time)
+            runs[slot] = sweep_one(cfg, spec, data, arm, lr, seed, deadline, publish)
+            if runs[slot].get("step_time"):
+                times.append(runs[slot]["step_time"])
         except Exception as e:  # noqa: BLE001
             runs[slot] = {"arm": arm, "lr": lr, "seed": seed, "status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
             runs[slot]["traceback"] = traceback.format_exc(limit=4)[-1500:]
-        if cfg["device"] == "cuda":
-            torch.cuda.empty_cache()
         res.set("sweep", runs)
     return runs
 
@@ -554,9 +580,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", default=str(HERE / "settings.yaml"))
     p.add_argument("--work", default=None, help="scratch folder for data and runs (default: OUT/../gpu-kit-work)")
     p.add_argument("--plan", action="store_true", help="print the full run's estimated cost on one H100 and exit")
+    p.add_argument("--loan", action="store_true", help="run the next pieces of issue 37's plan (profile loan)")
+    p.add_argument("--race-root", default=str(HERE.parent / "gpu-race"), help="the earlier loans' folders (--loan)")
+    p.add_argument("--pieces", type=int, default=None, help="--loan: start at most this many pieces (rehearsals)")
     a = p.parse_args(argv)
-    profile = a.profile or ("smoke" if a.smoke else "full")
+    defaults = {(False, False): "full", (True, False): "smoke", (False, True): "loan", (True, True): "loan-smoke"}
+    profile = a.profile or defaults[(a.smoke, a.loan)]
     cfg = load_settings(Path(a.settings), profile)
+    if a.loan or ("sweep" not in cfg and ("screen" in cfg or "race" in cfg)):  # a loan profile, however named
+        return main_loan(a, profile, cfg)
     if a.plan:
         print(plan(cfg))
         return 0
@@ -619,6 +651,74 @@ def main(argv: list[str] | None = None) -> int:
     res.write()
     print(f"[{res.elapsed():6.0f} s] kit finished: {out / 'report.md'}", flush=True)
     failed = [t["step"] for t in res.data["timeline"] if t["status"] == "failed"]
+    return 1 if failed else 0
+
+
+def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
+    """`--loan`: the next pieces of the plan (benchmarks/gpu/loan.py), or with --plan what they would be."""
+    import loan
+    import race_report
+    from corpus import prepare_race_data
+
+    root = Path(a.race_root)
+    try:
+        loans = race_report.load_loans(root) if root.is_dir() else []
+        # this loan's race settings against the earlier loans': a race does not change its settings midway
+        this = {"loan": race_report.THIS, "settings": cfg, "pieces": [{"stage": "tune", "runs": [{}]}]}
+        race_report.check_settings([*loans, this] if "race" in cfg else loans)
+    except (race_report.RaceError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.plan:
+        print(loan.describe(cfg, loans))
+        return 0
+    if not a.out:
+        print("error: OUT is required (except with --plan)", file=sys.stderr)
+        return 2
+    if cfg["device"] == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device here; rehearse with --loan --smoke on a CPU", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
+    work.mkdir(parents=True, exist_ok=True)
+    res = Results(out, profile, cfg)
+    dev = torch.device(cfg["device"])
+    res.set("device", torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
+    res.set("versions", versions(dev))
+    res.set("earlier_loans", [x["loan"] for x in loans])
+    torch.backends.cuda.matmul.allow_tf32 = True
+    deadline = res.started + cfg["deadline_s"]
+
+    def speed(shapes: list[dict]) -> None:
+        res.set("env", step_env(cfg))
+        spec = {**cfg, "speed": {**cfg["speed"], "shapes": shapes}}
+        step_speed(spec, res, time.time() + cfg["speed"]["budget_s"])
+
+    def make_data(train_tokens: int) -> dict:
+        spec = {**cfg["corpus"], "train_tokens": train_tokens}
+        data = prepare_race_data(spec, work, cfg.get("workers", os.cpu_count() or 1))
+        # the image's files against earlier loans' (a corpus cut smaller for a screen is the same image)
+        earlier = {x["loan"]: (x.get("data") or {}).get("image_fingerprint") for x in loans if x.get("data")}
+        data["same_image_as"] = sorted(k for k, v in earlier.items() if v == data["image_fingerprint"])
+        data["other_image_than"] = sorted(k for k, v in earlier.items() if v and v != data["image_fingerprint"])
+        return data
+
+    print(loan.describe(cfg, loans), flush=True)
+    loan.run_loan(
+        cfg,
+        loans,
+        res,
+        deadline,
+        make_data=make_data,
+        speed=speed,
+        screen_run=lambda data, run, end: sweep_one(cfg, cfg["screen"], data, run.arm, run.lr, run.seed, end),
+        race_run=lambda data, run: loan.race_train(cfg["race"], cfg, data, run, work),
+        max_pieces=a.pieces,
+    )
+    res.write()
+    print(f"[{res.elapsed():6.0f} s] loan finished: {out / 'report.md'}", flush=True)
+    failed = [x["key"] for x in res.data.get("pieces", []) if str(x.get("status", "")).startswith("failed")]
     return 1 if failed else 0
 
 

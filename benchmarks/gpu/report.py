@@ -27,12 +27,17 @@ def render(d: dict) -> str:
         f"- started {d['started']}; {d.get('elapsed_s', 0):.0f} s so far; revision {d.get('revision', 'unknown')}",
         f"- command: `{d['command']}`",
         "",
-        "| step | status | seconds | at |",
-        "|---|---|---|---|",
     ]
+    if d["timeline"]:
+        out += ["| step | status | seconds | at |", "|---|---|---|---|"]
     for t in d["timeline"]:
         status = t["status"] + (f" ({t['error'][:120]})" if t.get("error") else "")
         out.append(f"| {t['step']} | {status} | {t['seconds']:.0f} | {t['at']:.0f} |")
+    if "pieces" in d or "plan" in d:  # a loan of issue 37's plan (benchmarks/gpu/loan.py)
+        out += ["", *_versions(d.get("versions")), *_data(d.get("data")), *_pieces(d)]
+        if d.get("speed"):
+            out += [*_env(d.get("env")), *_speed(d.get("speed"))]
+        return "\n".join(out) + "\n"
     out += ["", *_data(d.get("data")), *_env(d.get("env")), *_speed(d.get("speed"))]
     out += [*_sweep(d.get("sweep"), _train_tokens(d)), *_race(d.get("race"))]
     return "\n".join(out) + "\n"
@@ -42,7 +47,66 @@ def _data(data: dict | None) -> list[str]:
     if not data:
         return []
     tokens = ", ".join(f"{k} {v:,}" for k, v in data["tokens"].items())
-    return ["## Data", "", f"{data['source']}, vocab {data['vocab_size']}: {tokens} tokens", ""]
+    out = ["## Data", "", f"{data['source']}, vocab {data['vocab_size']}: {tokens} tokens"]
+    if data.get("corpus"):
+        c = data["corpus"]
+        roots = ", ".join(f"{k} {v:,}" for k, v in c["per_root"].items())
+        out += [
+            "",
+            f"- the machine's files: {c['files']:,} documents, {c['bytes'] / 1e6:.0f} MB ({roots}); "
+            f"{c['duplicates']:,} duplicates and {c['skipped']:,} unusable files left out"
+            + ("; the machine ran out of text before the target size" if c.get("complete") else ""),
+            f"- corpus fingerprint {data['corpus_fingerprint'][:16]}, tokens {data['data_fingerprint'][:16]}; "
+            f"made in {data.get('corpus_s', 0):.0f} + {data.get('prepare_s', 0):.0f} s",
+        ]
+        if data.get("other_image_than"):
+            out.append(
+                f"- **the image's files differ from loans {', '.join(data['other_image_than'])}'s**: the corpus changed"
+            )
+        elif data.get("same_image_as"):
+            out.append(f"- the same image's files as loans {', '.join(data['same_image_as'])}")
+    return [*out, ""]
+
+
+def _versions(v: dict | None) -> list[str]:
+    if not v:
+        return []
+    return ["## Machine", "", ", ".join(f"{k} {val}" for k, val in v.items()), ""]
+
+
+def _pieces(d: dict) -> list[str]:
+    """The loan's pieces (issue 37's plan): what ran, what waits, and each run's figures."""
+    out = ["## This loan's pieces of the plan", ""]
+    for note in (d.get("plan") or {}).get("notes", []):
+        out += [f"- note: {note}", ""]
+    pieces = d.get("pieces") or []
+    if not pieces:
+        return [*out, "none started yet", ""]
+    out += ["| piece | status | seconds (estimate) |", "|---|---|---|"]
+    for p in pieces:
+        out.append(f"| {p['key']} | {p['status']} | {_f(p.get('seconds'), '.0f')} ({_f(p.get('estimate_s'))}) |")
+    if d.get("waiting"):
+        out += ["", f"Left for the next loans: {len(d['waiting'])} piece(s), the first {d['waiting'][0]}."]
+    screen = [r for p in pieces if p["stage"] == "screen" for r in p.get("runs", [])]
+    if screen:
+        title = "### The deviation screen (each deviation taken back alone, at the paper's batch)"
+        out += ["", *_sweep(screen, _train_tokens(d), title)]
+    race = [(p["stage"], r) for p in pieces if p["stage"] in ("tune", "seed") for r in p.get("runs", [])]
+    if race:
+        out += [
+            "",
+            "### Race runs (tune: on the tuning seed, selection by validation loss; seed: reported, test loss)",
+            "",
+            "| stage | arm | lr | seed | steps | status | final val loss | final test loss | s/step | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for stage, r in race:
+            out.append(
+                f"| {stage} | {r['arm']} | {r['lr']:g} | {r['seed']} | {r['steps']} | {r.get('status')} | "
+                f"{_f(r.get('val_loss'))} | {_f(r.get('test_loss'))} | {_f(r.get('step_time'), '.3g')} | "
+                f"{_f(r.get('seconds'), '.0f')} |"
+            )
+    return [*out, ""]
 
 
 def _env(env: dict | None) -> list[str]:
@@ -74,15 +138,38 @@ def _speed(speed: list | None) -> list[str]:
                 f"{r['train_flops'] / 1e12:.0f} | {100 * r['peak_fraction']:.0f}% | {r['infer_ms']:.1f} | "
                 f"{r['infer_ratio']:.3f} |"
             )
-        by = {r["arch"]: r for r in rows}
-        if BASELINE in by and "qwen3" in by:
-            ratio = by[BASELINE]["train_ms"] / by["qwen3"]["train_ms"]
-            out += ["", f"- GPT+ (ours) / Qwen3 (transformers), training step: {ratio:.3f}x (target <= 0.80x)"]
-        for arch, target in (("angpt", 0.95), ("ngpt", 1.00)):
-            if arch in by and BASELINE in by:
-                ratio = by[arch]["train_ms"] / by[BASELINE]["train_ms"]
-                out.append(f"- {arch} / GPT+, training step: {ratio:.3f}x (target <= {target:.2f}x)")
-        out.append("")
+        out += ["", *[f"- {line}" for line in targets(shape)], ""]
+        for r in rows:
+            if r.get("profile"):
+                out += [f"<details><summary>{r['arch']}: top kernels (torch.profiler)</summary>", "", "```"]
+                out += [r["profile"].rstrip(), "```", "", "</details>", ""]
+    return out
+
+
+# Issue 37's speed targets: benchmarks, not tests; a miss is reported plainly, with the loan's profiler tables.
+MFU_TARGET = 0.40  # GPT+ compiled at gpt2-small (nanochat reports ~41% at its d12 size)
+RATIO_TARGETS = {"angpt": 1.00, "ngpt": 1.05}  # training step against GPT+'s (the paper: 1.0275x and 1.096x)
+
+
+def targets(shape: dict) -> list[str]:
+    """Each target that a shape's rows measure, with the figure and whether it is met."""
+    by = {r["arch"]: r for r in shape.get("rows") or []}
+    out = []
+    if BASELINE in by and shape["preset"] == "gpt2-small" and shape.get("compile"):
+        mfu = by[BASELINE]["peak_fraction"]
+        met = "met" if mfu >= MFU_TARGET else "**missed**"
+        out.append(
+            f"GPT+ compiled at gpt2-small: {mfu:.0%} of the measured bf16 matmul peak "
+            f"(target >= {MFU_TARGET:.0%}): {met}"
+        )
+    for arch, target in RATIO_TARGETS.items():
+        if arch in by and BASELINE in by:
+            ratio = by[arch]["train_ms"] / by[BASELINE]["train_ms"]
+            met = "met" if ratio <= target else "**missed**"
+            out.append(f"{arch} / GPT+, training step: {ratio:.3f}x (target <= {target:.2f}x): {met}")
+    if BASELINE in by and "qwen3" in by:
+        ratio = by[BASELINE]["train_ms"] / by["qwen3"]["train_ms"]
+        out.append(f"GPT+ (ours) / Qwen3 (transformers), training step: {ratio:.3f}x")
     return out
 
 
@@ -103,9 +190,11 @@ def _passes(sweep: list, train_tokens: int | None) -> float:
     return max(read, default=0) / train_tokens if train_tokens else 0.0
 
 
-def _sweep(sweep: list | None, train_tokens: int | None = None) -> list[str]:
+def _sweep(
+    sweep: list | None, train_tokens: int | None = None, title: str = "## 3. First steps at the paper's batch"
+) -> list[str]:
     out = [
-        "## 3. First steps at the paper's batch",
+        title,
         "",
         "Stable: after step 5 the loss never exceeds 1.3x its running minimum and no pre-clip gradient norm exceeds "
         "100x the run's median. Final loss: the mean training loss of the last 10 steps.",

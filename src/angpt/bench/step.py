@@ -35,6 +35,7 @@ class StepTiming:
     infer_ratio: float = 1.0
     train_flops: float = 0.0  # model FLOP/s of the training step
     peak_fraction: float = 0.0  # train_flops / the matmul peak measured in the same run
+    profile: str | None = None  # torch.profiler's table of the step's costliest kernels (profile_steps > 0)
 
 
 class Qwen3Peer(nn.Module):
@@ -91,10 +92,14 @@ def bench_step(
     device: str | None = None,
     seed: int = 0,
     fused_loss: bool = True,
+    profile_steps: int = 0,
+    profile_rows: int = 15,
 ) -> list[StepTiming]:
     """Median ms per training step (forward, backward, optimizer step, constraint) and per folded inference
     forward, for each architecture; ratios against `archs[0]`. `fused_loss`: our models compute the training
-    loss chunk by chunk without the logits, as training does by default (a peer computes it on its logits)."""
+    loss chunk by chunk without the logits, as training does by default (a peer computes it on its logits).
+    `profile_steps` > 0: after the timings, that many training steps of each arm run under torch.profiler, and
+    each arm's row carries the table of its `profile_rows` costliest kernels (self time on the device)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cpu":
         keep_freed_memory()  # as training does
@@ -139,9 +144,11 @@ def bench_step(
                 if rep >= warmup:
                     times[run[0]][kind].append(time.perf_counter() - t0)
     peak = max(peak, matmul_peak(dtype, dev))  # the best of two measurements, before and after the timings
+    tables = {run[0]: profile_table(lambda run=run: train_step(run), profile_steps, dev, profile_rows) for run in runs}
     out = []
     for a, m, _, _, x in runs:
         t = StepTiming(a, m.num_params(), 1e3 * statistics.median(times[a][0]), 1e3 * statistics.median(times[a][1]))
+        t.profile = tables[a]
         T = x.shape[1] - 1
         t.train_flops = m.flops_per_token(T) * batch_size * T / (t.train_ms / 1e3)
         t.peak_fraction = t.train_flops / peak
@@ -150,6 +157,22 @@ def bench_step(
         t.train_ratio = t.train_ms / out[0].train_ms
         t.infer_ratio = t.infer_ms / out[0].infer_ms
     return out
+
+
+def profile_table(step, steps: int, dev: torch.device, rows: int = 15) -> str | None:
+    """torch.profiler's table of the `rows` costliest operations over `steps` calls of `step` (self time on the
+    device: CUDA on a GPU, else the CPU), or None for `steps` 0."""
+    if steps <= 0:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(dev)
+    key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
 
 
 def format_table(rows: list[StepTiming]) -> str:
