@@ -341,3 +341,21 @@ def test_level_only_when_the_interval_lies_within_the_margin(data_dir):
     plan, arms = _analysed(data_dir, base, loose, budgets)
     text = difference_text(plan, arms["angpt"]["budgets"][-1])
     assert "level" not in text and "not distinguishable: this design detects differences of" in text
+    # inside +-0.2 but not inside +-0.02: not level (a margin ten times too wide would call it level)
+    mid = {2048: [3.0, 3.1, 2.9], 4096: [2.53, 2.61, 2.43]}  # differences +0.03, +0.01, +0.03
+    plan, arms = _analysed(data_dir, base, mid, budgets)
+    lo, hi = arms["angpt"]["budgets"][-1]["difference"]["paired"]["ci95"]
+    assert -0.2 < lo and hi < 0.2 and not (-0.02 < lo and hi < 0.02)
+    assert "level" not in difference_text(plan, arms["angpt"]["budgets"][-1])
+
+
+def test_the_level_margin_is_the_one_docs_protocol_states():
+    import re
+
+    from angpt.compare.analyse import LEVEL_MARGIN
+
+    protocol = (ROOT / "docs" / "protocol.md").read_text()
+    stated = re.search(
+        r"called \*\*level\*\* only when the interval of their difference lies within \+-([0-9.]+) nats", protocol
+    )
+    assert stated and float(stated.group(1)) == LEVEL_MARGIN == 0.02

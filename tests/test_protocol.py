@@ -190,3 +190,43 @@ def test_a_report_with_nothing_tuned_says_nothing_was_selected(three_splits):
         three_splits, **{**TINY, "tuning_seed": None, "lr_grid": [1]}, arms=["gpt+[tune.weight_decay=0:0.1]"]
     )
     assert "chosen on seed" in _selection_line(tuned, {})
+
+
+class _Records:
+    """A stand-in for the run store: every run is finished, with the losses `losses(spec)` gives."""
+
+    def __init__(self, losses):
+        self.losses = losses
+
+    def run(self, specs):
+        pass
+
+    def known(self, spec):
+        val, test = self.losses(spec)
+        return {"status": "finished", "val_loss": val, "test_loss": test}
+
+
+def test_the_sweep_selects_by_validation_loss_never_the_test_loss(three_splits):
+    """Selection on the data that measures would come back silently if the sweep read the test loss: here the two
+    disagree on every point, and the chosen LR and the rows must follow validation."""
+    from angpt.compare.sweep import run_sweeps
+
+    plan = make_plan(three_splits, **{**TINY, "tuning_seed": 1000}, arms=["gpt+"], seeds=[0], lr_grid=[0.5, 1, 2])
+    grid = plan.initial_grid(plan.arm("gpt+"))
+    val = dict(zip(grid, (3.0, 2.9, 3.1)))  # validation prefers the middle LR
+    test = dict(zip(grid, (2.5, 3.3, 3.4)))  # test would prefer the lowest
+    sw = run_sweeps(plan, _Records(lambda s: (val[s.lr], test[s.lr])), plan.sweep_budget)["gpt+"]
+    assert sw.best_lr == grid[1] and not sw.at_edge
+    assert {lr: loss for (lr, _), loss in sw.losses.items()} == val
+    assert [r["val_loss"] for r in sw.to_dict()["rows"]] == [3.0, 2.9, 3.1]
+
+
+def test_the_horizon_is_the_largest_budgets_not_the_sweeps(three_splits):
+    """docs/protocol.md#horizon judges the largest budget; the sweep runs at the smallest."""
+    from angpt.compare.horizon import MIN_STEPS, horizon
+
+    plan = make_plan(three_splits, **{**TINY, "budgets": [512, 1024 * 512]}, arms=["gpt+"], seeds=[0])
+    hz = horizon(plan)
+    assert plan.sweep_budget == 512 and hz.steps == 1024 == plan.steps(plan.budgets[-1]) and hz.tokens == 1024 * 512
+    assert hz.steps >= MIN_STEPS  # the largest budget's 1,024 steps meet the rule; the sweep's 1 step would not
+    assert "1,024 optimizer steps" not in hz.message and "smoke test" in hz.message  # short on tokens per parameter
