@@ -37,9 +37,9 @@ from pathlib import Path
 
 import torch
 
-from angpt.compare.stats import mean, paired_ttest, std
 from angpt.data import load_meta
 from angpt.models import build_model
+from angpt.study.stats import mean, paired_ttest, std
 from angpt.train.config import load_run_config
 from angpt.train.grow import grow_checkpoint
 from angpt.train.loop import train

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from angpt.bench.firststeps import stability
-from angpt.compare.plan import parse_arm, split_arms
 from angpt.data import load_meta
+from angpt.study.arms import parse_arm, split_arms
 from angpt.train.metrics import read_metrics
 from angpt.train.resume import model_drift
 

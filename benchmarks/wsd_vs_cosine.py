@@ -2,7 +2,7 @@
 
 The cosine side is what `angpt compare` and a cosine `angpt scaling` ladder run: each budget its own run with its own
 cosine schedule (warm-up from the arm's recipe). The WSD side is `angpt scaling --schedule wsd`: one warm-up and
-stable phase per seed, the shorter budgets branching off the longest run at their decay start (angpt.scaling.wsd),
+stable phase per seed, the shorter budgets branching off the longest run at their decay start (angpt.study.ladder.wsd),
 so the three budgets cost the longest run plus two decays. Same data order, seed, peak LR and batch. Usage:
 
     python benchmarks/wsd_vs_cosine.py --data data/stdlib-bpe4096 [--arms gpt+,angpt] [--steps 100,200,400]
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from angpt.compare import make_plan, run_comparison
-from angpt.compare.plan import parse_arm
 from angpt.models import registry
-from angpt.scaling.wsd import seed_branches
+from angpt.study import make_plan, run_comparison
+from angpt.study.arms import parse_arm
+from angpt.study.ladder.wsd import seed_branches
 from angpt.train.step import TrainStep
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from angpt.compare.stats import holm
+from angpt.study.stats import holm
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = yaml.safe_load((ROOT / "benchmarks" / "claims.yaml").read_text())

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from angpt.compare import (
+from angpt.errors import ConfigError, UserError
+from angpt.study import (
     make_plan,
     parse_arm,
     parse_tokens,
@@ -25,11 +26,10 @@ from angpt.compare import (
     tokens_to_reach,
     welch_ttest,
 )
-from angpt.compare.cli import add_compare_parser
-from angpt.compare.stats import betainc, t_sf_two_sided
-from angpt.compare.store import read_rows
-from angpt.compare.sweep import main_specs, run_plan, run_sweeps
-from angpt.errors import ConfigError, UserError
+from angpt.study.comparison.cli import add_compare_parser
+from angpt.study.stats import betainc, t_sf_two_sided
+from angpt.study.store import read_rows
+from angpt.study.sweep import main_specs, run_plan, run_sweeps
 
 # Two budgets of 4 and 8 steps of 512 tokens (8 sequences of the tiny preset's 64 tokens).
 TINY = dict(
@@ -124,10 +124,10 @@ def test_report_speedup_is_the_mean_over_budgets_then_over_seeds(data_dir):
     D_i / D'_i = 2^(i - x). Each seed averages its exact speedups over i; the report gives the mean and the
     sample std of those three means. Bounds (below range, not reached) stay out of every mean.
     """
-    from angpt.compare.analyse import analyse, verdict
-    from angpt.compare.collect import ArmRuns
-    from angpt.compare.render import render_markdown
-    from angpt.compare.sweep import SweepResult
+    from angpt.study.comparison.analyse import analyse, verdict
+    from angpt.study.comparison.collect import ArmRuns
+    from angpt.study.comparison.render import render_markdown
+    from angpt.study.sweep import SweepResult
 
     plan = make_plan(data_dir, **{**TINY, "budgets": [2048, 4096, 8192]}, arms=["gpt+", "angpt"], seeds=[0, 1, 2])
     base_losses = {0: [3.5, 2.75, 2.5], 1: [3.3, 2.3, 2.45], 2: [3.7, 2.75, 1.65]}  # seed means 3.5, 2.6, 2.2
@@ -414,7 +414,7 @@ def test_a_comparison_run_from_main_records_mains_argv(data_dir, tmp_path, monke
     """angpt.cli.main(["compare", ...]) from Python: the report's command and each run's provenance.json say
     `angpt compare ...` as given, not the calling process's sys.argv."""
     from angpt import cli as angpt_cli
-    from angpt.compare import report
+    from angpt.study.comparison import report
 
     monkeypatch.setattr(report, "write_plots", lambda *a, **k: ({}, []))
     monkeypatch.setattr(sys, "argv", ["/somewhere/else.py", "--not-these"])
@@ -485,7 +485,7 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, co
 
 
 def test_report_records_the_dtype_used_not_auto(monkeypatch):
-    from angpt.compare.machine import machine_info
+    from angpt.study.machine import machine_info
     from angpt.train import hardware
 
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 2.0)
@@ -566,7 +566,7 @@ def test_an_interrupted_comparison_holds_every_arm_at_the_budgets_it_finished(cu
 def test_an_interrupted_comparison_leaves_a_partial_report(cut):
     """report.md says PARTIAL at the top, lists every finished run with the final loss its result.json records and
     the others as missing; means, tests and verdicts only where every seed of both arms finished (2Ki here)."""
-    from angpt.compare.plan import format_lr
+    from angpt.study.units import format_lr
 
     plan, out, err = cut
     assert "partial report (6 of 8 planned runs finished)" in err
@@ -644,12 +644,12 @@ def test_report_only_rewrites_a_partial_store_and_reads_past_half_written_record
 
 
 def test_a_failed_partial_report_is_one_warning_and_the_exit_code_stands(data_dir, tmp_path, monkeypatch, capsys):
-    from angpt.compare import ComparisonInterrupted
-    from angpt.compare import report as report_module
+    from angpt.study import StudyInterrupted
+    from angpt.study.comparison import report as report_module
     from angpt.train import loop
 
     def sigterm(cfg):
-        raise ComparisonInterrupted(signal.SIGTERM)
+        raise StudyInterrupted(signal.SIGTERM)
 
     monkeypatch.setattr(loop, "train", sigterm)
     args = ["--data", data_dir, "--arms", "gpt+,angpt", "--budgets", "2048", "--seeds", "0", "--preset", "tiny"]
@@ -699,7 +699,7 @@ def test_report_only_on_a_finished_store_reproduces_its_report(compared, data_di
 def test_report_names_the_dtype_the_runs_computed_in_and_flags_a_mix(compared, tmp_path):
     """Each run records the dtype `auto` resolved to; the report states it, and runs that computed in different
     dtypes (a store resumed on another machine) are flagged as not comparable."""
-    from angpt.compare.report import write_stored_report
+    from angpt.study.comparison.report import write_stored_report
 
     _, finished, _ = compared
     results = sorted((finished / "runs").rglob("result.json"))
@@ -737,8 +737,8 @@ def test_report_only_without_a_store_is_one_line_and_writes_nothing(tmp_path, ca
 def test_the_store_is_read_without_guessing_a_sweep_that_has_not_settled(data_dir, tmp_path):
     """A hand-written store: gpt+ done at both budgets; a re-tuned arm's sweep at 4Ki has one of its two settings
     finished. Its 4Ki main runs are missing with no LR (not the 2Ki choice), and 8 of 10 planned runs count."""
-    from angpt.compare.store import PLAN_FILE, RunSpec, write_json
-    from angpt.compare.stored import read_store
+    from angpt.study.store import PLAN_FILE, RunSpec, write_json
+    from angpt.study.stored import read_store
 
     plan = make_plan(data_dir, **TINY, arms=["gpt+", "r=gpt+[tune.weight_decay=0:0.1]"], seeds=[0, 1], lr_grid=[1])
     out = tmp_path / "hand"
@@ -871,7 +871,7 @@ def test_a_store_made_under_other_defaults_is_refused_not_reported_as_todays(
     assert run_comparison(plan, tmp_path / "new", threads=1, progress=False, dry_run=True).dry_run
     assert run_comparison(tiny_plan(data_dir, arms=["gpt+"]), out, threads=1, progress=False, dry_run=True).dry_run
     # Re-reading the runs is allowed, and says whose models the report describes.
-    from angpt.compare import rewrite_report
+    from angpt.study import rewrite_report
 
     rewrite_report(out, command="angpt compare --report-only (test)")
     err = capsys.readouterr().err
@@ -964,7 +964,8 @@ def test_strict_refuses_a_smoke_test_before_anything_runs(data_dir, tmp_path, ca
 
 
 def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, monkeypatch):
-    from angpt.compare import jobs, runner
+    from angpt.study import execute as runner
+    from angpt.study import jobs
 
     assert jobs.candidates(2, 10) == [(1, 2), (2, 1)] and jobs.candidates(16, 3) == [(1, 16), (2, 8)]
     assert jobs.candidates(1, 5) == [(1, 1)] and jobs.candidates(8, 1) == [(1, 8)]
@@ -988,7 +989,7 @@ def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, mon
 
 @pytest.mark.slow
 def test_jobs_auto_measures_for_real(data_dir, tmp_path, capsys):
-    from angpt.compare import jobs
+    from angpt.study import jobs
 
     plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0, 1], lr_grid=[1])
     rec = jobs.choose_jobs(plan, 2, steps=2)
@@ -997,7 +998,7 @@ def test_jobs_auto_measures_for_real(data_dir, tmp_path, capsys):
 
 
 def test_a_result_file_that_is_json_but_not_a_record_counts_as_not_finished(tmp_path):
-    from angpt.compare.store import RESULT_FILE, load_record
+    from angpt.study.store import RESULT_FILE, load_record
 
     (tmp_path / RESULT_FILE).write_text(json.dumps({"steps": 4, "status": "diverged", "val_loss": None}))
     assert load_record(tmp_path, 4)["status"] == "diverged"  # a diverged run is done without metrics rows
@@ -1011,12 +1012,13 @@ def test_a_result_file_that_is_json_but_not_a_record_counts_as_not_finished(tmp_
 def test_a_worker_killed_by_a_signal_is_interrupted_not_failed(data_dir, tmp_path, monkeypatch, signum):
     """A worker the signal reaches before the trainer handles it dies of it (status -signum): the comparison
     stops as interrupted by that signal (a re-run resumes), not with "run failed"."""
-    from angpt.compare import ComparisonInterrupted, runner
+    from angpt.study import StudyInterrupted
+    from angpt.study import execute as runner
 
     suicide = f"import os, signal; os.kill(os.getpid(), {int(signum)})"
     monkeypatch.setattr(runner, "worker_command", lambda *a: [sys.executable, "-c", suicide])
     plan = make_plan(data_dir, **{**TINY, "budgets": [32768]}, arms=["gpt+", "angpt"], seeds=[0], lr_grid=[1])
-    with pytest.raises(ComparisonInterrupted) as e:
+    with pytest.raises(StudyInterrupted) as e:
         run_comparison(plan, tmp_path / "killed", jobs=2, threads=1, progress=False)
     assert e.value.signum == signum
 
@@ -1024,7 +1026,7 @@ def test_a_worker_killed_by_a_signal_is_interrupted_not_failed(data_dir, tmp_pat
 def test_the_estimates_training_step_is_set_up_as_the_trainers(data_dir, monkeypatch):
     """The dry run's step times and `--jobs auto` time the trainer's step: the fused loss on (train.fused_loss's
     default) and, on a CPU, freed memory kept, as angpt.train.loop sets them up."""
-    from angpt.compare import estimate
+    from angpt.study import estimate
     from angpt.train.config import TrainConfig
 
     calls = []

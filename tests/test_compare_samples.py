@@ -2,9 +2,9 @@
 
 import json
 
-from angpt.compare import make_plan, run_comparison
-from angpt.compare.samples import TEMPERATURE, TOP_K
 from angpt.infer import sample_stream
+from angpt.study import make_plan, run_comparison
+from angpt.study.comparison.samples import TEMPERATURE, TOP_K
 from angpt.train.checkpoint import load_checkpoint_model
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from angpt.compare import make_plan, paired_ttest, t_quantile, welch_ttest
-from angpt.compare.analyse import analyse, verdict, warnings
-from angpt.compare.collect import ArmRuns
-from angpt.compare.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM, Horizon, count_params
-from angpt.compare.plots import NO_MATPLOTLIB, spread_note, wants_log_y, write_plots
-from angpt.compare.render import render_markdown
-from angpt.compare.stats import loss_spikes
-from angpt.compare.store import run_health
-from angpt.compare.sweep import SweepResult
+from angpt.study import make_plan, paired_ttest, welch_ttest
+from angpt.study.comparison.analyse import analyse, verdict, warnings
+from angpt.study.comparison.collect import ArmRuns
+from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM, Horizon, count_params
+from angpt.study.comparison.plots import NO_MATPLOTLIB, spread_note, wants_log_y, write_plots
+from angpt.study.comparison.render import render_markdown
+from angpt.study.stats import loss_spikes, t_quantile
+from angpt.study.store import run_health
+from angpt.study.sweep import SweepResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(preset="tiny", batch_tokens=512, eval_batches=2, eval_points=2, dtype="fp32")
@@ -274,7 +274,7 @@ def test_holm_by_hand_and_on_the_controls_report():
     """Holm's step-down adjustment worked out by hand; then the 21 paired tests of evidence-cpu-controls: 12 had
     p < 0.05 unadjusted, and at most two survive (Benjamini-Hochberg, less strict, kept two); gpt+cos, once called
     "the only arm significantly ahead", does not."""
-    from angpt.compare.stats import holm
+    from angpt.study.stats import holm
 
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
@@ -295,7 +295,7 @@ def test_holm_by_hand_and_on_the_controls_report():
 def test_detectable_difference_against_scipy():
     from scipy import stats as sps
 
-    from angpt.compare.stats import detectable_difference, mean_ci95
+    from angpt.study.stats import detectable_difference, mean_ci95
 
     for sd, n in ((0.1, 3), (0.04, 5), (0.2, 10)):
         want = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
@@ -310,7 +310,7 @@ def test_detectable_difference_against_scipy():
 def test_a_speedup_is_established_only_if_the_difference_survives_holm(data_dir):
     """Lower at every budget, so a speedup on its face; but the largest budget's paired p (~0.03) does not survive
     Holm's correction over the report's three tests: not established, and the verdict says why."""
-    from angpt.compare.analyse import correct_for_multiplicity
+    from angpt.study.comparison.analyse import correct_for_multiplicity
 
     budgets = [2048, 4096, 8192]
     base = {2048: [3.0, 3.1, 2.9], 4096: [2.6, 2.7, 2.5], 8192: [2.3, 2.4, 2.2]}
@@ -323,13 +323,13 @@ def test_a_speedup_is_established_only_if_the_difference_survives_holm(data_dir)
     assert last["p"] < 0.05 <= last["p_holm"]
     assert not arms["angpt"]["speedup"]["established"]
     line = verdict(plan, "angpt", arms["angpt"])
-    from angpt.compare.analyse import _p
+    from angpt.study.comparison.analyse import _p
 
     assert f"(Holm-adjusted {_p(last['p_holm'])})" in line and "not significant (Holm-adjusted p=" in line
 
 
 def test_level_only_when_the_interval_lies_within_the_margin(data_dir):
-    from angpt.compare.analyse import LEVEL_MARGIN, difference_text
+    from angpt.study.comparison.analyse import LEVEL_MARGIN, difference_text
 
     budgets = [2048, 4096]
     base = {2048: [3.0, 3.1, 2.9], 4096: [2.5, 2.6, 2.4]}
@@ -352,7 +352,7 @@ def test_level_only_when_the_interval_lies_within_the_margin(data_dir):
 def test_the_level_margin_is_the_one_docs_protocol_states():
     import re
 
-    from angpt.compare.analyse import LEVEL_MARGIN
+    from angpt.study.comparison.analyse import LEVEL_MARGIN
 
     protocol = (ROOT / "docs" / "protocol.md").read_text()
     stated = re.search(

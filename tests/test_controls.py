@@ -231,7 +231,7 @@ def test_frozen_scales_stay_at_init_while_the_rest_trains(arch, option, frozen):
 def test_frozen_alpha_variants_are_compare_arms():
     assert registry.resolve_arm("ngpt_frozen_alpha") == ("ngpt", {"freeze_alpha": True})
     assert registry.resolve_arm("angpt_frozen_alpha") == ("angpt", {"freeze_alpha": True})
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
 
     arm = parse_arm("angpt_frozen_alpha[freeze_scales=true]")
     assert arm.arch == "angpt" and arm.model == {"freeze_alpha": True, "freeze_scales": True}

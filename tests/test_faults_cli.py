@@ -109,7 +109,7 @@ def test_readme_has_the_commands_it_documents():
 def test_readme_command_lines_parse_as_written(line, argv, data_dir, monkeypatch):
     """Parsed and resolved (config, overrides, plan), not run: a rejected override fails here."""
     from angpt.cli import run_config_from_args
-    from angpt.compare.cli import plan_from_args
+    from angpt.study.comparison.cli import plan_from_args
 
     monkeypatch.chdir(ROOT)
     for variant in _expand(argv):

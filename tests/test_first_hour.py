@@ -156,7 +156,7 @@ def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
     or plot (nothing to draw it from), and the loss curves remain."""
     import re
 
-    from angpt.compare import make_plan, run_comparison
+    from angpt.study import make_plan, run_comparison
 
     from .test_compare import TINY as COMPARE
 
@@ -398,8 +398,8 @@ def test_a_stored_comparison_keeps_its_centres_when_a_recipe_rate_changes(data_d
     """A report folder records each arm's sweep centre. When a default rate changes since (a new Recipe.lr_at), the
     same command would centre elsewhere and mix grids: it is refused, naming the centres, and --lr with the stored
     centre resumes. A folder written before centres were recorded counts the recipe's one rate as its centre."""
-    from angpt.compare.store import PLAN_FILE, check_report_dir, write_json
     from angpt.errors import UserError
+    from angpt.study.store import PLAN_FILE, check_report_dir, write_json
 
     from .test_compare import tiny_plan
 
@@ -426,7 +426,7 @@ def test_a_scaling_ladder_centres_every_size_on_the_small_model_rate(data_dir):
     """A ladder's sizes come from its dial, not its preset: a gpt2-small preset (for the vocabulary and context)
     does not move its sweeps to the gpt2-small rate."""
     from angpt.models import registry
-    from angpt.scaling import make_ladder
+    from angpt.study import make_ladder
 
     from .test_scaling import TINY
 

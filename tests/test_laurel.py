@@ -336,7 +336,7 @@ def test_bf16_autocast_step(arch):
 
 # ----------------------------------------------------------------------------------- compare, bench, info
 def test_compare_arm_with_laurel_runs_end_to_end(data_dir, tmp_path):
-    from angpt.compare import make_plan, run_comparison
+    from angpt.study import make_plan, run_comparison
 
     plan = make_plan(
         data_dir,

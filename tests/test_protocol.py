@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from angpt.compare import make_plan, run_comparison
 from angpt.data import eval_windows, prepare_dataset
 from angpt.errors import UserError
+from angpt.study import make_plan, run_comparison
 
 from .test_compare import TINY
 from .test_data import decode_docs, make_docs, write_source
@@ -83,7 +83,7 @@ def test_an_older_dataset_without_a_test_split_reports_on_validation_and_says_so
     plan = make_plan(data_dir, **{**TINY, "tuning_seed": 1000}, arms=["gpt+"], seeds=[0])
     assert plan.report_split in ("val", "test")
     if plan.report_split == "val":  # the shared fixture predates test splits
-        from angpt.compare.render import _selection_line
+        from angpt.study.comparison.render import _selection_line
 
         assert "validation split (this dataset has no test split)" in _selection_line(plan, {})
 
@@ -100,14 +100,14 @@ def test_prepare_holds_out_as_many_test_documents_as_validation_ones(tmp_path):
 
 
 def _sweep(grid, best):
-    from angpt.compare.sweep import SweepResult
+    from angpt.study.sweep import SweepResult
 
     return SweepResult("a", 2048, grid, {(lr, ()): 1.0 for lr in grid}, (best, ()), 0, False, False)
 
 
 def test_the_lr_check_confirms_flags_or_waits(three_splits):
-    from angpt.compare.store import RunSpec
-    from angpt.compare.sweep import check_specs, lr_check
+    from angpt.study.store import RunSpec
+    from angpt.study.sweep import check_specs, lr_check
 
     plan = make_plan(
         three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 8192]}, arms=["gpt+"], seeds=[0],
@@ -142,7 +142,7 @@ def test_the_lr_check_confirms_flags_or_waits(three_splits):
 
 
 def test_a_comparison_checks_the_chosen_lr_at_its_largest_budget(three_splits, tmp_path):
-    from angpt.compare import rewrite_report
+    from angpt.study import rewrite_report
 
     plan = make_plan(
         three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 4096]}, arms=["gpt+"], seeds=[0],
@@ -162,7 +162,7 @@ def test_a_comparison_checks_the_chosen_lr_at_its_largest_budget(three_splits, t
 
 
 def test_a_flagged_or_pending_lr_check_is_a_warning(three_splits):
-    from angpt.compare.analyse import warnings
+    from angpt.study.comparison.analyse import warnings
 
     plan = make_plan(
         three_splits, **{**TINY, "tuning_seed": 1000, "budgets": [2048, 8192]}, arms=["gpt+"], seeds=[0, 1, 2]
@@ -180,7 +180,7 @@ def test_a_flagged_or_pending_lr_check_is_a_warning(three_splits):
 def test_a_report_with_nothing_tuned_says_nothing_was_selected(three_splits):
     """`make demo` trains each arm once at its recipe's rate (--lr-grid 1 --tuning-seed none): its report must not say
     that a learning rate was chosen on a seed; with a grid, it says how."""
-    from angpt.compare.render import _selection_line
+    from angpt.study.comparison.render import _selection_line
 
     fixed = make_plan(three_splits, **{**TINY, "tuning_seed": None, "lr_grid": [1]}, arms=["gpt+", "angpt"], seeds=[0])
     assert _selection_line(fixed, {}).startswith("- selection: none (one learning rate per arm")
@@ -209,7 +209,7 @@ class _Records:
 def test_the_sweep_selects_by_validation_loss_never_the_test_loss(three_splits):
     """Selection on the data that measures would come back silently if the sweep read the test loss: here the two
     disagree on every point, and the chosen LR and the rows must follow validation."""
-    from angpt.compare.sweep import run_sweeps
+    from angpt.study.sweep import run_sweeps
 
     plan = make_plan(three_splits, **{**TINY, "tuning_seed": 1000}, arms=["gpt+"], seeds=[0], lr_grid=[0.5, 1, 2])
     grid = plan.initial_grid(plan.arm("gpt+"))
@@ -223,7 +223,7 @@ def test_the_sweep_selects_by_validation_loss_never_the_test_loss(three_splits):
 
 def test_the_horizon_is_the_largest_budgets_not_the_sweeps(three_splits):
     """docs/protocol.md#horizon judges the largest budget; the sweep runs at the smallest."""
-    from angpt.compare.horizon import MIN_STEPS, horizon
+    from angpt.study.comparison.horizon import MIN_STEPS, horizon
 
     plan = make_plan(three_splits, **{**TINY, "budgets": [512, 1024 * 512]}, arms=["gpt+"], seeds=[0])
     hz = horizon(plan)

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from angpt.compare.sweep import SweepResult
 from angpt.errors import ConfigError, UserError
-from angpt.scaling import Law, bootstrap_fit, compute_multiplier, critical_batch, dial_shapes, fit_law, transfer_check
-from angpt.scaling.plan import chosen_lr
+from angpt.study.batch.analyse import critical_batch
+from angpt.study.dial import dial_shapes
+from angpt.study.ladder.fit import Law, bootstrap_fit, compute_multiplier, fit_law
+from angpt.study.ladder.plan import transfer_check
+from angpt.study.sweep import SweepResult
 
 TRUE = Law(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
 TINY = dict(preset="tiny", batch_tokens=512, eval_batches=2, eval_points=2, dtype="fp32", lr_grid=[1])
@@ -28,7 +30,7 @@ def grid_5x4(law: Law, noise: float = 0.0, seed: int = 0):
 @pytest.fixture
 def no_run_plots(monkeypatch):
     """Each run's loss curve and each size's compare plots: not what these tests check, and most of their time."""
-    from angpt.compare import report
+    from angpt.study.comparison import report
     from angpt.train import loop
 
     monkeypatch.setattr(loop, "plot_loss_curve", lambda *a, **k: None)
@@ -69,7 +71,7 @@ def test_fit_recovers_a_known_law_and_the_bootstrap_covers_it():
 def test_the_report_bootstraps_from_grid_starts_not_from_the_full_data_fit(monkeypatch):
     """Refits that start at the full-data fit stay near it where the data pin nothing down: the report's
     bootstrap searches every refit from the grid, as the fit itself does (issue 25)."""
-    from angpt.scaling import analyse, fit
+    from angpt.study.ladder import analyse, fit
 
     seen = []
     original = fit.fit_law
@@ -91,7 +93,7 @@ def test_the_report_bootstraps_from_grid_starts_not_from_the_full_data_fit(monke
 def test_objective_gradient_matches_finite_differences():
     from scipy.optimize import check_grad
 
-    from angpt.scaling.fit import _objective
+    from angpt.study.ladder.fit import _objective
 
     N, D, L = grid_5x4(TRUE, noise=0.01)
     x, y, logL = np.log(N) - np.log(N).mean(), np.log(D) - np.log(D).mean(), np.log(L)
@@ -141,8 +143,8 @@ def test_compute_multiplier_of_a_law_that_needs_fewer_tokens_or_parameters():
 
 
 def test_a_fit_without_a_law_in_the_data_says_so():
-    from angpt.scaling.analyse import fit_points
-    from angpt.scaling.collect import Point
+    from angpt.study.ladder.analyse import fit_points
+    from angpt.study.ladder.collect import Point
 
     N, D, _ = grid_5x4(TRUE)
     fit = fit_law(N, D, np.full(N.size, 3.0))  # no dependence on N or D at all
@@ -159,8 +161,8 @@ POWER = Law(E=math.exp(-50), A=400.0, alpha=0.34, B=410.0, beta=0.28)  # no irre
 def test_data_without_an_irreducible_loss_get_the_law_without_e():
     """Runs from A / N^alpha + B / D^beta (E = 0): the full fit drives E to the bottom of its search and says so;
     the nested fit (E fixed at 0) recovers the power terms, and the analysis reports it apart."""
-    from angpt.scaling.analyse import e_undetermined, fit_points
-    from angpt.scaling.collect import Point
+    from angpt.study.ladder.analyse import e_undetermined, fit_points
+    from angpt.study.ladder.collect import Point
 
     N, D, L = grid_5x4(POWER, noise=0.002, seed=3)
     full = fit_law(N, D, L)
@@ -183,7 +185,7 @@ def test_data_without_an_irreducible_loss_get_the_law_without_e():
 def test_profile_intervals_end_where_the_fit_gets_significantly_worse_and_cover_the_exponents():
     from scipy.stats import f as f_dist
 
-    from angpt.scaling.fit import LEAST_SQUARES, _rss, profile_interval
+    from angpt.study.ladder.fit import LEAST_SQUARES, _rss, profile_interval
 
     N, D, L = grid_5x4(TRUE, noise=0.01, seed=0)
     free = fit_law(N, D, L, delta=LEAST_SQUARES)
@@ -230,10 +232,10 @@ def synthetic_ladder(bootstrap: int, base: Law = TRUE):
     """Two arms' runs drawn from known laws (the arm = the baseline with twice the tokens, so 2x less compute at
     any loss and the same exponents) on a 5 x 4 ladder, and the report's analysis of them."""
     TRUE = base  # noqa: N806
-    from angpt.compare.plan import parse_arm
-    from angpt.scaling.analyse import analyse_ladder
-    from angpt.scaling.collect import LadderData, Point
-    from angpt.scaling.plan import Ladder, Size
+    from angpt.study.arms import parse_arm
+    from angpt.study.ladder.analyse import analyse_ladder
+    from angpt.study.ladder.collect import LadderData, Point
+    from angpt.study.ladder.plan import Ladder, Size
 
     arm_law = Law(TRUE.E, TRUE.A, TRUE.alpha, TRUE.B * 2**-TRUE.beta, TRUE.beta)
     ladder = Ladder(
@@ -259,7 +261,7 @@ def synthetic_ladder(bootstrap: int, base: Law = TRUE):
 
 
 def test_report_recovers_a_known_compute_multiplier_and_equal_exponents():
-    from angpt.scaling.render import render_markdown
+    from angpt.study.scaling.render import render_markdown
 
     ladder, a = synthetic_ladder(bootstrap=12)
     vs = a["arms"]["angpt"]["vs_baseline"]
@@ -284,7 +286,7 @@ def test_report_recovers_a_known_compute_multiplier_and_equal_exponents():
 
 
 def test_report_compares_laws_without_e_when_e_is_not_determined():
-    from angpt.scaling.render import render_markdown
+    from angpt.study.scaling.render import render_markdown
 
     ladder, a = synthetic_ladder(bootstrap=8, base=POWER)
     assert not a["arms"]["angpt"]["ok"] and "vs_baseline" not in a["arms"]["angpt"]
@@ -302,7 +304,7 @@ def test_report_compares_laws_without_e_when_e_is_not_determined():
 @pytest.mark.slow
 def test_plots_of_fitted_laws(tmp_path):
     pytest.importorskip("matplotlib")
-    from angpt.scaling.plots import write_plots
+    from angpt.study.scaling.plots import write_plots
 
     ladder, a = synthetic_ladder(bootstrap=4)
     batch = {"tokens": 2**22, "batch_sizes": [4096, 8192], "tolerance": 0.01, "arms": {}}
@@ -403,9 +405,9 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
 ):
     """Budgets of 2, 4 and 8 steps, two seeds: each shorter budget is the 8-step run's checkpoint at its decay start
     plus its own decay, and ends exactly where the same run trained from scratch does."""
-    from angpt.compare import make_plan, run_comparison
-    from angpt.compare.store import read_rows
-    from angpt.scaling.wsd import seed_branches
+    from angpt.study import make_plan, run_comparison
+    from angpt.study.ladder.wsd import seed_branches
+    from angpt.study.store import read_rows
     from angpt.train.config import load_run_config
     from angpt.train.loop import train
     from angpt.train.step import TrainStep
@@ -434,7 +436,7 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
     # the 8-step run and the 4-step branch's 1-step decay; seed 1: the 8-step run and both branches' 1-step decays.
     assert len(steps) == (2 + 8 + 1) + (8 + 1 + 1)
     arm = plan.arms[0]
-    lr = chosen_lr(report.sweeps[arm.label][plan.sweep_budget])
+    lr = report.sweeps[arm.label][plan.sweep_budget].best_lr
     for seed, budget, start in ((0, 2048, 3), (1, 1024, 1), (1, 2048, 3)):
         branch = plan.run_dir(out, arm, budget, seed, lr)
         trunk = read_rows(plan.run_dir(out, arm, 4096, seed, lr))
@@ -455,11 +457,11 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
 def test_seeding_branches_twice_changes_nothing(data_dir, tmp_path, one_thread, no_run_plots):
     """A re-run (or a crash after seeding) finds the branches seeded: the trunk is not trained again, nothing is
     copied over a branch's checkpoint."""
-    from angpt.compare import make_plan
-    from angpt.compare.progress import Progress
-    from angpt.compare.runner import Runner
-    from angpt.compare.store import RunSpec
-    from angpt.scaling.wsd import seed_branches
+    from angpt.study import make_plan
+    from angpt.study.execute import Runner
+    from angpt.study.ladder.wsd import seed_branches
+    from angpt.study.progress import Progress
+    from angpt.study.store import RunSpec
     from angpt.train import checkpoint as ckpt
 
     wsd = {"train.schedule": "wsd", "train.decay_fraction": 0.2}
@@ -567,7 +569,7 @@ def _doc_commands() -> list[tuple[str, list[str]]]:
 def test_documented_scaling_commands_resolve(line, argv, data_dir):
     """Parsed and planned against a real dataset (nothing trained): a documented flag that is refused fails here."""
     from angpt.cli import build_parser
-    from angpt.scaling.cli import batch_from_args, ladder_from_args
+    from angpt.study.scaling.cli import batch_from_args, ladder_from_args
 
     args, extra = build_parser().parse_known_args(argv)
     assert not extra, extra
@@ -578,7 +580,7 @@ def test_documented_scaling_commands_resolve(line, argv, data_dir):
 
 def test_budgets_from_tokens_per_param_use_the_baselines_parameter_count(data_dir):
     from angpt.models import build_model
-    from angpt.scaling import make_ladder
+    from angpt.study import make_ladder
 
     ladder = make_ladder(
         data_dir, arms=["gpt+", "angpt"], depths=[1, 2, 3], aspect=16, head_dim=8, tokens_per_param=[1, 2, 4], **TINY
@@ -626,7 +628,7 @@ def test_budgets_from_tokens_per_param_use_the_baselines_parameter_count(data_di
 def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_thread, no_run_plots):
     """3 sizes x 3 budgets x 1 arm at tiny shapes (4 to 16 steps): the plan, the runs, a fit table made of exactly
     the stored runs, a resume that trains nothing, the fit verb, a batch study sharing the directory."""
-    from angpt.scaling.fit import fit_law as real_fit
+    from angpt.study.ladder.fit import fit_law as real_fit
 
     out = tmp_path / "ladder"
     args = [
@@ -763,8 +765,8 @@ def test_tiny_ladder_and_batch_study_end_to_end(data_dir, tmp_path, capsys, one_
 def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_plots, monkeypatch, capsys):
     """--schedule wsd --lr-transfer through run_ladder: the smallest size's best LR is fixed at the larger sizes, the
     second size is swept once more to check the claim, and the shorter budgets are branches."""
-    from angpt.scaling import make_ladder, run_ladder
-    from angpt.scaling.collect import collect_ladder
+    from angpt.study import make_ladder, run_ladder
+    from angpt.study.ladder.collect import collect_ladder
 
     ladder = make_ladder(
         data_dir,
@@ -782,7 +784,7 @@ def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_pl
     out = tmp_path / "wsd"
     result = run_ladder(ladder, out, threads=1, progress=False, command="test", bootstrap=0)
     data = collect_ladder(out)
-    best = chosen_lr(data.sweeps["L1_d16"]["gpt+"])
+    best = data.sweeps["L1_d16"]["gpt+"].best_lr
     for name in ("L2_d32", "L3_d48"):  # transferred: a one-point grid at the smallest size's best LR
         plan = json.loads((out / "sizes" / name / "plan.json").read_text())
         assert plan["lr_values"] == {"gpt+": [best]} and plan["settings"]["train.schedule"] == "wsd"
@@ -797,7 +799,7 @@ def test_a_wsd_ladder_with_lr_transfer(data_dir, tmp_path, one_thread, no_run_pl
     md = (out / "report.md").read_text()
     assert "**LR transfer** (L1_d16 -> L2_d32" in md and f">{best:g}" in md
     # The 1024- and 2048-token runs of the larger sizes are branches: their first rows are the 4096 run's.
-    from angpt.compare.store import read_rows
+    from angpt.study.store import read_rows
 
     root = out / "sizes" / "L3_d48" / "runs" / "gpt+"
     trunk = read_rows(root / "4096" / "seed0" / f"lr{best:g}")
@@ -821,12 +823,12 @@ def test_a_ladder_extends_by_a_larger_size_reusing_its_finished_runs(
     import dataclasses
     import shutil
 
-    import angpt.scaling.estimate as estimate
-    import angpt.scaling.plots as scaling_plots
-    import angpt.scaling.report as scaling_report
-    from angpt.compare.estimate import estimate_run_seconds
-    from angpt.scaling import make_ladder, run_ladder
-    from angpt.scaling.collect import load_ladder
+    import angpt.study.ladder.estimate as estimate
+    import angpt.study.scaling.plots as scaling_plots
+    import angpt.study.scaling.report as scaling_report
+    from angpt.study import make_ladder, run_ladder
+    from angpt.study.estimate import estimate_run_seconds
+    from angpt.study.ladder.collect import load_ladder
 
     out = tmp_path / "ladder"
     # The ladder's report (its fit is most of this test's time) is written once, by `angpt scaling report` at the end.
@@ -863,7 +865,7 @@ def test_a_ladder_extends_by_a_larger_size_reusing_its_finished_runs(
     new, started = big.size_plan(3), big.size_plan(2)
     want = sum(estimate_run_seconds(new, 100.0, b, 0.0) for b in new.budgets)  # the new size's 3 runs
     want += estimate_run_seconds(started, 100.0, 1536, 0.0)  # and L3_d24's lost one, nothing else
-    assert f"estimated time: {estimate._hms(want)} with 1 job(s)" in dry.text
+    assert f"estimated time: {estimate.hms(want)} with 1 job(s)" in dry.text
     assert load_ladder(out).dial["depths"] == [1, 2, 3]  # the dry run wrote nothing
 
     result = run_ladder(big, out, threads=1, progress=False)
@@ -889,10 +891,10 @@ def test_a_ladder_extends_by_a_larger_size_reusing_its_finished_runs(
 def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_path, capsys):
     """Sizes may be added (in between, above, and below the smallest unless --lr-transfer reuses its LRs); a stored
     size left out or changed, another aspect or other seeds are one-line refusals that write nothing."""
-    from angpt.compare.store import write_json
-    from angpt.scaling import make_ladder
-    from angpt.scaling.plan import LADDER_FILE
-    from angpt.scaling.runner import check_ladder_dir
+    from angpt.study import make_ladder
+    from angpt.study.ladder.plan import LADDER_FILE
+    from angpt.study.scaling.run import check_ladder_dir
+    from angpt.study.store import write_json
 
     def stored(name, **kw):
         out = tmp_path / name
@@ -939,7 +941,7 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
 def _fake_store(plan, store: Path) -> None:
     """A compare store of `plan` as a finished comparison leaves it, without training: plan.json and a finished
     record (val loss 4 + lr: the lowest LR is best) for every budget, seed and LR of every arm's initial grid."""
-    from angpt.compare.store import PLAN_FILE, RESULT_FILE, write_json
+    from angpt.study.store import PLAN_FILE, RESULT_FILE, write_json
 
     store.mkdir(parents=True)
     write_json(store / PLAN_FILE, plan.to_dict())
@@ -963,10 +965,10 @@ def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks
     the same one-line UserError, before anything is trained or written (the bad store is not the first size's)."""
     import shutil
 
-    import angpt.scaling.estimate as estimate
-    from angpt.compare.store import RESULT_FILE
-    from angpt.scaling import make_ladder, run_ladder
-    from angpt.scaling.collect import check_dir, size_dir
+    import angpt.study.ladder.estimate as estimate
+    from angpt.study import make_ladder, run_ladder
+    from angpt.study.ladder.collect import check_dir, size_dir
+    from angpt.study.store import RESULT_FILE
 
     monkeypatch.setattr(estimate, "measure_step_times", lambda plan, threads: ({"gpt+": 1.0}, {"gpt+": 0.0}))
     kw = dict(depths=[1, 2, 3], **{**SMALL, "lr_grid": [1, 2]}, max_extensions=0)
@@ -1015,12 +1017,12 @@ def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks
         (no_plan, f"{size_dir(no_plan, names[2])} exists and is not an angpt compare report (no plan.json)"),
         (drift, f"{drifted} was trained with model.norm_eps=0.001 (now "),
     ]
-    import angpt.compare
+    import angpt.study.driver
 
-    def no_size_runs(plan, report_dir, **kw):
-        raise AssertionError(f"{report_dir} ran before every size's store was checked")
+    def no_size_runs(unit, *a, **kw):
+        raise AssertionError(f"{unit.folder} ran before every size's store was checked")
 
-    monkeypatch.setattr(angpt.compare, "run_comparison", no_size_runs)
+    monkeypatch.setattr(angpt.study.driver, "run_unit", no_size_runs)
     for where, needle in cases:
         before = {p: p.stat().st_mtime_ns for p in where.rglob("*")}
         with pytest.raises(UserError) as dry:
@@ -1034,8 +1036,8 @@ def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks
 def test_an_arm_whose_every_sweep_run_diverged_at_a_size_is_a_warning_not_a_silent_gap():
     # Seen on the CPU ladder: anGPT's transferred LR 0.032 diverged at step 3 at the largest size, the size's sweep
     # (one fixed LR) had no best, the arm got no main runs there, and the report showed only "-" for its LR.
-    from angpt.scaling.analyse import _warnings
-    from angpt.scaling.collect import LadderData
+    from angpt.study.ladder.analyse import _warnings
+    from angpt.study.ladder.collect import LadderData
 
     ladder, _ = synthetic_ladder(bootstrap=0)
     ladder.lr_transfer = True
@@ -1056,9 +1058,9 @@ def test_a_batch_study_checks_every_batch_sizes_store_before_the_first_trains(da
     batch size's comparison starts and before the study's file is written."""
     import shutil
 
-    import angpt.compare
-    from angpt.scaling import make_batch_study, run_batch_study
-    from angpt.scaling.batch import BATCH_FILE, batch_dir
+    import angpt.study.driver
+    from angpt.study import make_batch_study, run_batch_study
+    from angpt.study.batch.plan import BATCH_FILE, batch_dir
 
     kw = {k: v for k, v in TINY.items() if k != "batch_tokens"}
     study = make_batch_study(data_dir, arms=["gpt+"], batch_sizes=[256, 512], tokens=2048, **kw)
@@ -1067,10 +1069,10 @@ def test_a_batch_study_checks_every_batch_sizes_store_before_the_first_trains(da
     _fake_store(study.plan_for(512), tmp_path / "elsewhere")
     shutil.copytree(tmp_path / "elsewhere" / "runs", batch_dir(out, 512) / "runs")
 
-    def no_batch_runs(plan, report_dir, **kw):
-        raise AssertionError(f"{report_dir} ran before every batch size's store was checked")
+    def no_batch_runs(unit, *a, **kw):
+        raise AssertionError(f"{unit.folder} ran before every batch size's store was checked")
 
-    monkeypatch.setattr(angpt.compare, "run_comparison", no_batch_runs)
+    monkeypatch.setattr(angpt.study.driver, "run_unit", no_batch_runs)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     with pytest.raises(UserError) as dry:
         run_batch_study(study, out, threads=1, dry_run=True)

@@ -381,7 +381,7 @@ def best_rates(sweep: list[dict]) -> dict[str, dict]:
 
 def step_race(cfg: dict, data: dict, sweep: list[dict], res: Results, work: Path, deadline: float) -> dict:
     """`angpt train` for every arm that has a stable rate, the same tokens in the same order, time split evenly."""
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
     from angpt.train.config import load_run_config
     from angpt.train.loop import train
     from angpt.train.metrics import read_metrics
@@ -498,7 +498,7 @@ def sweep_fit(step_s: float, steps: int, runs: list, budget_s: float) -> tuple[l
 
 def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
     """The full run's cost on one `gpu` from the dry-run estimates (memory, step time at `mfu`), step by step."""
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
     from angpt.train.config import load_run_config
     from angpt.train.dryrun import plan_run
 

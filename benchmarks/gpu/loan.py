@@ -126,8 +126,8 @@ def race_flops_per_token(race: dict) -> float:
     """Training FLOPs per token of the race's largest arm (meta device: nothing allocated)."""
     import torch
 
-    from angpt.compare.plan import parse_arm
     from angpt.models import build_model
+    from angpt.study.arms import parse_arm
 
     best = 0.0
     for arm in [*race["arms"], *race.get("extra_arms", [])]:
@@ -244,8 +244,8 @@ def shape_table(cfg: dict, loans: list[dict]) -> list[str]:
     (both arms at every budget, after the corpus). Step times scale from the race's estimate by FLOPs per token."""
     import torch
 
-    from angpt.compare.plan import parse_arm
     from angpt.models import build_model
+    from angpt.study.arms import parse_arm
 
     race, assume = cfg["race"], cfg.get("assume", {})
     per_step, source = race_step_estimate(race, loans, assume)
@@ -377,7 +377,7 @@ def race_train(race: dict, cfg: dict, data: dict, run: Run, work: Path) -> dict:
     """One race run through `angpt train` (the one training step): its curve at every evaluation, final
     validation and test loss, median step time and parameter counts. A run that diverges is a result (its losses
     infinite), recorded as diverged."""
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
     from angpt.train.config import load_run_config
     from angpt.train.dryrun import plan_run
     from angpt.train.loop import TrainingError, train

@@ -299,7 +299,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from angpt.train.dist import pick_device
 
         pick_device(args.device)  # a one-line error for a device this machine lacks
-    from angpt.compare.plan import split_arms
+    from angpt.study.arms import split_arms
 
     rows = bench_step(
         split_arms(args.arch),
@@ -477,8 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None)
     s.set_defaults(func=cmd_bench)
 
-    from angpt.compare.cli import add_compare_parser
-    from angpt.scaling.cli import add_scaling_parser
+    from angpt.study.comparison.cli import add_compare_parser
+    from angpt.study.scaling.cli import add_scaling_parser
 
     add_compare_parser(sub)
     add_scaling_parser(sub)

@@ -161,7 +161,7 @@ def first_steps(
     The architecture's hook runs before every step as in the trainer (``nu_att: calibrated`` measures there, on
     `side_batches(n)`: n training token-id batches apart from `next_batch`'s stream); its note goes in the record.
     """
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
 
     dev = torch.device(device)
     parsed = parse_arm(arm)

@@ -69,7 +69,7 @@ PEERS = {"qwen3": Qwen3Peer}
 
 def build_arm(arm: str, preset: str) -> tuple[str, nn.Module]:
     """(label, model) of a bench arm: a peer, or NAME[key=value,...] as `angpt compare` writes arms."""
-    from angpt.compare.plan import parse_arm
+    from angpt.study.arms import parse_arm
 
     if arm in PEERS:
         return arm, PEERS[arm](preset)

@@ -5,7 +5,7 @@ See docs/architectures.md#optimizer-recipes.
 GPT / GPT+: AdamW, weight decay on matrices only, linear warm-up then cosine decay.
 nGPT / anGPT: Adam, no weight decay, no warm-up, cosine decay; their weight constraint runs after every step.
 Any recipe may instead use warm-up-stable-decay (``train.schedule: wsd``), for budget ladders that branch short
-decays off one long run (angpt.scaling).
+decays off one long run (a scaling ladder, angpt.study.ladder).
 """
 
 from __future__ import annotations

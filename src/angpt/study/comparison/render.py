@@ -1,0 +1,414 @@
+"""The report's text: report.md rendered from the report dict, and the dict made strict JSON for report.json."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from angpt.study.arms import format_setting
+from angpt.study.comparison.analyse import bounds_text, chosen_settings
+from angpt.study.plan import Plan
+from angpt.study.units import format_lr, format_tokens
+
+
+def _fmt(x: float | None, nd: int = 4) -> str:
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "diverged"
+    return f"{x:.{nd}f}"
+
+
+def _pm(m: float | None, s: float | None, nd: int = 4) -> str:
+    if m is None:
+        return "–"
+    return f"{m:.{nd}f} ± {s:.{nd}f}" if s is not None else f"{m:.{nd}f}"
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-4 else "<1e-4"
+
+
+def _reach_cell(d: dict) -> str:
+    st = d["status"]
+    if st == "exact":
+        return f"{format_tokens(d['tokens_needed'])} → {d['speedup']:.2f}x"
+    if st == "extrapolated":
+        return f"{format_tokens(d['tokens_needed'])} → {d['speedup']:.2f}x (extrapolated)"
+    if st == "below_range":
+        return f"≤ {format_tokens(d['tokens_needed'])} (below range) → ≥ {d['speedup']:.2f}x"
+    return f"> {format_tokens(d['tokens_needed'])} (not reached) → < {d['speedup']:.2f}x"
+
+
+def _diff_cell(row: dict[str, Any]) -> str:
+    """'-0.0520 [-0.0810, -0.0230], p=0.012 (W 0.031)': the paired mean difference, its 95% CI and both p-values."""
+    if not row.get("compared", True):
+        return "runs missing"
+    d = row.get("difference") or {}
+    if d.get("mean_diff") is None:
+        return "–"
+    text = f"{d['mean_diff']:+.4f}"
+    if d.get("note"):
+        return f"{text}, {d['note']}"
+    paired, welch = d.get("paired"), d.get("welch")
+    if paired:
+        lo, hi = paired["ci95"]
+        text += f" [{lo:+.4f}, {hi:+.4f}], p={_p(paired['p'])}"
+        if paired.get("p_holm") is not None:
+            text += f", Holm {_p(paired['p_holm'])}"
+    if welch:
+        text += f" (Welch p={_p(welch['p'])})"
+    return text
+
+
+def clean_json(x: Any) -> Any:
+    """Non-finite floats -> None, so the file is strict JSON."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    return x
+
+
+def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) -> str:
+    """report.md: verdicts, warnings, the tables, provenance and how to read them."""
+    arms, base = report["arms"], plan.baseline
+    mach, ds = report["machine"], report["dataset"]
+    hz = report.get("horizon") or {}
+    smoke = " — smoke test, not evidence" if hz.get("short") else ""
+    partial = report.get("partial")
+    title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}"
+    lines = [title + (" — PARTIAL" if partial else ""), ""]
+    if partial:
+        lines += [
+            f"**PARTIAL report: {partial['finished']} of {partial['planned']} planned runs finished; re-run the same "
+            "command to resume.** Runs not finished are listed as missing (never estimated); means, tests, verdicts "
+            "and speedups cover only the budgets where every seed of both arms has finished "
+            "([runs](#runs-so-far) below).",
+            "",
+        ]
+    lines += [
+        f"- date: {mach['date']}",
+        f"- command: `{report['command']}`",
+        f"- angpt {mach['angpt_version']} (git {mach['git_revision'] or 'n/a'}), torch {mach['torch_version']}, "
+        f"python {mach['python_version']}",
+        f"- machine: {mach['hostname']} ({mach['platform']}); CPU {mach['cpu']} x{mach['cpu_cores']}{_bf16(mach)}; "
+        f"GPU {mach['gpu'] or 'none'}; {_jobs(report)}, device {plan.device}",
+        f"- data: {plan.data} (tokenizer {ds.get('tokenizer')}, vocab {ds.get('vocab_size')}, "
+        f"{format_tokens(ds.get('train_tokens') or 0)} train / {format_tokens(ds.get('val_tokens') or 0)} val tokens; "
+        f"fingerprint {plan.data_fingerprint.get('digest')})",
+        f"- model preset {plan.preset}; batch {plan.batch_tokens} tokens = {plan.batch_tokens // plan.seq_len} x "
+        f"{plan.seq_len}-token sequences (micro-batch {plan.micro_batch}); "
+        f"dtype {mach.get('dtype', plan.dtype)} (parameters fp32); "
+        f"evaluation: {plan.eval_batches} batches of {plan.micro_batch} sequences",
+        _selection_line(plan, ds),
+        f"- budgets: {', '.join(format_tokens(b) for b in plan.budgets)} tokens (each a full run with its own cosine "
+        f"schedule); seeds {', '.join(map(str, plan.seeds))} (same init seed and data order for every arm)",
+    ]
+    if report.get("rewritten_by"):
+        lines.append(f"- rewritten from the run store by `{report['rewritten_by']}` (nothing trained)")
+    if hz:
+        lines.append(
+            f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
+            f"per parameter ({hz['params']:,} parameters of {hz['arm']}, embeddings included; "
+            f"{hz['params_non_embedding']:,} without)" + (": a smoke test" if hz["short"] else "")
+        )
+    if plan.settings:
+        lines.append(f"- settings for every arm: {', '.join(f'{k}={v}' for k, v in plan.settings.items())}")
+    jm = report.get("jobs_measurement")
+    if jm:
+        cands = ", ".join(f"{c['jobs']}x{c['threads']}: {c['tokens_per_s']:,.0f} tok/s" for c in jm["candidates"])
+        lines.append(
+            f"- --jobs auto: measured jobs x threads on {jm['arm']} ({jm['steps']} steps each): {cands}; chose "
+            f"{jm['jobs']}x{jm['threads']} (one short measurement on a shared machine: noisy)"
+        )
+    lines += ["", "## Verdict" + (" (smoke test, not evidence)" if hz.get("short") else ""), ""]
+    if hz.get("short"):
+        lines += [f"**{hz['message']}.**", ""]
+    lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
+    how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
+    lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
+    lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
+    if report["warnings"]:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
+
+    head = "| arm | lr | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |"
+    sep = "|---|---|" + "---|" * len(plan.budgets)
+    n_seeds = len(plan.seeds)
+    spread = "mean ± std over seeds" if n_seeds > 1 else "one seed"
+    reported = "test" if plan.report_split == "test" else "validation"
+    lines += ["", f"## Final {reported} loss (nats/token, {spread})", "", head, sep]
+    for label, e in arms.items():
+        cells = []
+        for r in e["budgets"]:
+            c = _missing(r, n_seeds) or _pm(r["val_loss_mean"], r["val_loss_std"])
+            if r["diverged"]:
+                c += f" ({r['diverged']} diverged)"
+            cells.append(c)
+        lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
+    lines += ["", f"## {reported.capitalize()} bits per byte ({spread})", "", head, sep]
+    for label, e in arms.items():
+        cells = [_missing(r, n_seeds) or _pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
+        lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
+
+    tuned = [label for label, e in arms.items() if e.get("tune")]
+    if tuned:
+        lines += [
+            "",
+            "## Re-tuned arms: the setting chosen at each budget",
+            "",
+            "Swept at every budget (seed "
+            + str(plan.sweep_seed)
+            + ") over LR x "
+            + " x ".join(sorted({k for lab in tuned for k in arms[lab]["tune"]}))
+            + "; the setting with the lowest final validation loss there is used for every seed of that budget.",
+            "",
+        ]
+        lines += [f"- {label}: {chosen_settings(plan, arms[label])}" for label in tuned]
+
+    others = [lab for lab in arms if lab != base]
+    if others:
+        lines += [
+            "",
+            f"## Final loss against {base}",
+            "",
+            f"Mean over seeds of the per-seed difference L_arm - L_{base} (negative: the arm is better), its 95% "
+            "confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: init and data "
+            "order), its Holm-adjusted value over "
+            + (report.get("multiple_comparisons") or {}).get("family", "the report's tests")
+            + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%).",
+            "",
+            "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
+            "|---|" + "---|" * len(plan.budgets),
+        ]
+        for label in others:
+            lines.append(f"| {label} | " + " | ".join(_diff_cell(r) for r in arms[label]["budgets"]) + " |")
+        lines += [
+            "",
+            f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better):",
+            "",
+            "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
+            "|---|" + "---|" * len(plan.budgets),
+        ]
+        for label in others:
+            cells = []
+            for r in arms[label]["budgets"]:
+                rel = r.get("rel_improvement_pct")
+                cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    if others and len(plan.budgets) > 1:
+        lines += [
+            "",
+            f"## Convergence speedup over {base} (docs/protocol.md)",
+            "",
+            f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
+            "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "
+            f"then averaged over i ({spread}). Points outside the arm's budget range are bounds "
+            "(≥: below range, <: not reached), never averaged in"
+            + (" unless extrapolated (--extrapolate)" if plan.extrapolate else "")
+            + ". The mean is a speedup only when no point was left out in the arm's favour (none not reached) and "
+            f"the arm's loss at the largest budget is not above {base}'s; otherwise it is shown as not established.",
+            "",
+            "| arm | speedup | points measured | bounds (left out) | on seed-mean curves |",
+            "|---|---|---|---|---|",
+        ]
+        for label in others:
+            sp = arms[label].get("speedup")
+            if not sp:
+                lacking = any(not r.get("compared", True) for r in arms[label]["budgets"])
+                lines.append(f"| {label} | {'– (runs missing)' if lacking else '–'} | – | – | – |")
+                continue
+            val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
+            if sp.get("ci95") and sp["mean"] is not None:
+                val += f", 95% CI [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
+            if not sp["established"]:
+                val = f"not established ({sp['why_not']})" + (
+                    f"; measured points alone: {val}" if sp["mean"] is not None else ""
+                )
+            om = sp.get("of_seed_means") or {}
+            omv = f"{om['mean']:.2f}x" if om.get("mean") is not None else "–"
+            used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
+            bounds = bounds_text(sp) or "none"
+            lines.append(f"| {label} | {val} | {used}/{sp['n_comparisons']} | {bounds} | {omv} |")
+        lines += ["", "Per budget and seed (tokens the arm needs → speedup):", ""]
+        lines += [
+            "| arm | seed | " + " | ".join(f"D={format_tokens(b)}" for b in plan.budgets) + " |",
+            "|---|---|" + "---|" * len(plan.budgets),
+        ]
+        for label in others:
+            sp = arms[label].get("speedup") or {}
+            for seed, blk in sp.get("per_seed", {}).items():
+                by_b = {d["budget"]: d for d in blk["per_budget"]}
+                cells = [_reach_cell(by_b[b]) if b in by_b else "–" for b in plan.budgets]
+                lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+
+    lines += [
+        "",
+        "## Training stability at the chosen LR",
+        "",
+        "The largest pre-clip gradient norm of each arm's runs against that run's median (flagged above 100x), and "
+        "loss spikes (a training loss above 1.5x the running mean of the losses before it).",
+        "",
+        "| arm | largest grad norm | x its run's median | where | loss spikes | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, e in arms.items():
+        st = e["stability"]
+        ratio = f"{st['ratio']:.1f}" if st.get("ratio") is not None else "–"
+        top = f"{st['max_grad_norm']:.3g}" if st.get("max_grad_norm") is not None else "–"
+        flag = "**unstable**" if st["unstable"] else ""
+        lines.append(f"| {label} | {top} | {ratio} | {st.get('where', '–')} | {st['loss_spikes']} | {flag} |")
+
+    lines += [
+        "",
+        "## Training step time",
+        "",
+        "Median seconds per step over every step (but the first) of the "
+        "runs above, and the ratio to the baseline. Parallel jobs share the machine, so compare only within "
+        "one report.",
+        "",
+        "| arm | s/step | ratio |",
+        "|---|---|---|",
+    ]
+    for label, e in arms.items():
+        ratio = f"{e['step_time_ratio']:.3f}" if e["step_time_ratio"] else "–"
+        lines.append(f"| {label} | {_fmt(e['step_time_median'], 4)} | {ratio} |")
+
+    lines += [
+        "",
+        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
+        "",
+        "| arm | tokens | lr | setting | final val loss | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, e in arms.items():
+        for sw in e["sweeps"]:
+            for row in sw["rows"]:
+                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
+                setting = format_setting(tuple(row["setting"].items())) or "–"
+                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
+                lines.append("| " + " | ".join(cells) + " |")
+
+    checks = {label: e["lr_check"] for label, e in arms.items() if e.get("lr_check")}
+    if checks:
+        first = next(iter(checks.values()))
+        lines += [
+            "",
+            f"## LR check at {format_tokens(first['budget'])} (seed {first['seed']})",
+            "",
+            f"Each LR was chosen at {format_tokens(plan.sweep_budget)}. On the tuning seed at the largest budget, the "
+            "chosen LR and its two grid neighbours: *confirmed* when the chosen one is the best of the three (the "
+            "best LR there lies within one grid step of it), *flagged* when a neighbour is better.",
+            "",
+            "| arm | lr | final val loss | |",
+            "|---|---|---|---|",
+        ]
+        for label, chk in checks.items():
+            for row in chk["rows"]:
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged / not run"
+                best = "best" if row["lr"] == chk["best_lr"] else ""
+                mark = chk["status"] if row["lr"] == chk["chosen_lr"] else best
+                lines.append(f"| {label} | {format_lr(row['lr'])} | {loss} | {mark} |")
+    if partial:
+        lines += _runs_so_far(plan, partial)
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
+    lines += [
+        "",
+        "## How to read this",
+        "",
+        "- Every arm saw the same tokens in the same order (same dataset, batch, sequence length and seeds), with "
+        "parameters in fp32 and no run stopped early; each arm's peak LR comes from its own sweep.",
+        "- The verdict leads with the difference in final loss at the largest budget: the paired test uses each "
+        "seed's difference, which removes the noise the arms share (same init seed, same data order).",
+        "- A speedup is measured only between budgets that were trained; a loss outside that range is reported as "
+        "a bound. Step times are this machine's, with these jobs running side by side.",
+        "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
+        "percent at small scale need not survive at the paper's scale (0.5B parameters, 10B+ tokens).",
+        "- Every run's metrics: runs/<arm>/<budget>/seed<seed>/lr<lr>/metrics.jsonl; all numbers: report.json.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _lr_cell(e: dict[str, Any]) -> str:
+    lrs = {r["lr"] for r in e["budgets"] if r["lr"] is not None}
+    if not lrs:
+        return "–"
+    if e.get("tune"):
+        return "per budget"
+    return format_lr(next(iter(lrs)))
+
+
+def _missing(row: dict[str, Any], n_seeds: int) -> str | None:
+    """'missing (1 of 3 seeds)' for an arm x budget a partial report has no mean for; None when it has every seed."""
+    return f"missing ({len(row['missing'])} of {n_seeds} seeds)" if row.get("missing") else None
+
+
+def _jobs(report: dict[str, Any]) -> str:
+    if report.get("jobs") is None:  # rewritten from a store whose runs left no earlier report
+        return "jobs x threads not recorded"
+    return f"{report['jobs']} job(s) x {report['threads']} thread(s)"
+
+
+def _runs_so_far(plan: Plan, partial: dict[str, Any]) -> list[str]:
+    """A partial report's list of every planned run: its final validation loss, or that it is missing."""
+    lines = [
+        "",
+        "## Runs so far",
+        "",
+        f"{partial['finished']} of {partial['planned']} planned runs finished. Each run's final validation loss as "
+        "its result.json records it; a run without one is missing (an interrupted run resumes from its last "
+        "checkpoint when the command is re-run). A sweep still waiting for runs may add LRs at an edge of its grid, "
+        "and decides the LR of its arm's main runs (lr –).",
+        "",
+        "| arm | tokens | seed | lr | setting | role | final val loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in partial["runs"]:
+        loss = {"missing": "missing", "diverged": "diverged"}.get(r["status"]) or _fmt(r["val_loss"])
+        lr = format_lr(r["lr"]) if r["lr"] is not None else "–"
+        setting = format_setting(tuple(r["setting"].items())) or "–"
+        cells = [r["arm"], format_tokens(r["budget"]), str(r["seed"]), lr, setting, r["role"], loss]
+        lines.append("| " + " | ".join(cells) + " |")
+    waiting = [
+        f"- {label}: its sweep at {', '.join(format_tokens(b) for b in budgets)} tokens is waiting for runs"
+        for label, budgets in partial.get("unsettled", {}).items()
+    ]
+    return lines + ([""] + waiting if waiting else [])
+
+
+def _bf16(mach: dict[str, Any]) -> str:
+    """' (bf16: avx512_bf16, matmuls 0.58x fp32's)': what decides `auto` on the CPU (absent from older reports)."""
+    if "cpu_bf16_instructions" not in mach:
+        return ""
+    speedup = mach.get("cpu_bf16_matmul_speedup")
+    return f" (bf16: {', '.join(mach['cpu_bf16_instructions']) or 'no instructions'}" + (
+        f", matmuls {speedup}x fp32's)" if speedup else ")"
+    )
+
+
+def _selection_line(plan: Plan, ds: dict[str, Any]) -> str:
+    """How selection is kept apart from measurement in this report, and what its evaluation covers."""
+    n = plan.eval_batches * plan.micro_batch * plan.seq_len
+    split = plan.report_split
+    tokens, docs = ds.get(f"{split}_tokens"), ds.get(f"{split}_documents")
+    cover = f"{min(n, tokens):,} of its {tokens:,} tokens" if tokens else f"{n:,} tokens"
+    cover += f" ({docs} documents)" if docs else ""
+    cover += ", windows evenly spaced over the whole split" if tokens and n < tokens else ", the whole split"
+    if all(len(plan.initial_grid(a)) == 1 and len(a.settings()) == 1 for a in plan.arms):
+        how = "- selection: none (one learning rate per arm, the recipe's or --lr's, and nothing else tuned)"
+    elif plan.tuning_seed is None:
+        how = (
+            f"- selection: learning rates chosen on seed {plan.sweep_seed}, by the validation loss, and that seed's "
+            "sweep run is also reported (the design before 2026-11-25: selection and measurement share a seed)"
+        )
+    else:
+        how = f"- selection: learning rates chosen on tuning seed {plan.tuning_seed} (not reported) by validation loss"
+    where = "the test split" if split == "test" else "the validation split (this dataset has no test split)"
+    return f"{how}; reported losses: seeds {', '.join(map(str, plan.seeds))} on {where}, {cover}"

@@ -1,0 +1,121 @@
+"""Writing a comparison's report (finished, or partial from the store): collect, analyse, then report.json,
+report.md and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from angpt.study.comparison.analyse import analyse, correct_for_multiplicity, verdict, warnings
+from angpt.study.comparison.collect import collect
+from angpt.study.comparison.plots import write_plots
+from angpt.study.comparison.render import clean_json, render_markdown
+from angpt.study.comparison.samples import render_samples, sample_arms
+from angpt.study.machine import dataset_summary, machine_info
+from angpt.study.plan import Plan
+from angpt.study.store import write_json, write_text
+from angpt.study.stored import Stored, read_store
+from angpt.study.sweep import Sweeps, lr_check
+
+
+def write_report(
+    plan: Plan,
+    report_dir: Path,
+    sweeps: Sweeps,
+    records: dict[tuple, dict],
+    *,
+    command: str,
+    jobs: int,
+    threads: int,
+    horizon: dict[str, Any] | None = None,
+    jobs_measurement: dict[str, Any] | None = None,
+    sample: str | None = None,
+    sample_tokens: int = 80,
+    partial: dict[str, Any] | None = None,
+    machine: dict[str, Any] | None = None,
+    rewritten_by: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Analyse and write report.json, report.md and the plots. Returns (the report dict, the files written).
+
+    `horizon` is :meth:`angpt.study.comparison.horizon.Horizon.to_dict` (a short one labels the report a smoke test);
+    `jobs_measurement` what ``--jobs auto`` measured, if it ran. With `sample` (a prompt), report.md ends with
+    each arm's continuation of it (compare/samples.py). `partial` (see :func:`write_stored_report`) labels the
+    report PARTIAL and lists every planned run; `machine` replaces this machine's description (the runs' own,
+    kept from an earlier report), `rewritten_by` the command that rewrote the report from the store.
+    """
+    from angpt.data import load_meta
+
+    runs = collect(plan, report_dir, sweeps, records)
+    arms = analyse(plan, runs, sweeps)
+    for label, entry in arms.items():  # before the warnings: a flagged LR check is one
+        entry["lr_check"] = lr_check(plan, sweeps, label, lambda spec: records.get(spec.key()))
+    family = correct_for_multiplicity(plan, arms)  # before the verdicts: "established" needs the adjusted p
+    try:
+        meta = load_meta(plan.data)
+    except Exception:  # the dataset may have moved since the runs; the report stands without its summary
+        meta = None
+    smoke = bool(horizon and horizon.get("short"))
+    report: dict[str, Any] = {
+        "command": command,
+        "rewritten_by": rewritten_by,
+        "partial": partial,
+        "machine": machine or machine_info(plan.dtype, plan.device),
+        "jobs": jobs,
+        "threads": threads,
+        "jobs_measurement": jobs_measurement,
+        "plan": plan.to_dict(),
+        "dataset": dataset_summary(meta),
+        "horizon": horizon,
+        "baseline": plan.baseline,
+        "stat": plan.stat,
+        "arms": arms,
+        "multiple_comparisons": family,
+        "verdicts": [verdict(plan, lab, e, smoke) for lab, e in arms.items() if lab != plan.baseline],
+        "warnings": warnings(plan, arms, meta, horizon),
+    }
+    dtypes = sorted({r["dtype"] for r in records.values() if r.get("dtype")})
+    if len(dtypes) == 1:
+        report["machine"] = {**report["machine"], "dtype": dtypes[0]}  # what the runs computed in
+    elif dtypes:
+        report["warnings"].append(
+            f"the runs computed in different dtypes ({', '.join(dtypes)}): their losses and step times are not "
+            "comparable; re-run with --dtype fp32 or --dtype bf16"
+        )
+    if sample is not None and partial is not None:
+        report["warnings"].append("no --sample continuations in a partial report: they come from finished runs")
+        sample = None
+    if sample is not None:
+        report["samples"] = {"prompt": sample, "text": sample_arms(plan, report_dir, sweeps, sample, sample_tokens)}
+    plots, plot_warnings = write_plots(plan, runs, arms, report_dir)
+    report["warnings"] += plot_warnings
+    report["plots"] = {k: p.name for k, p in plots.items()}
+    files = {"report.json": report_dir / "report.json", "report.md": report_dir / "report.md", **plots}
+    write_json(report_dir / "report.json", clean_json(report))
+    markdown = render_markdown(plan, report, plots)
+    if sample is not None:
+        markdown = markdown.rstrip("\n") + "\n\n" + render_samples(plan, sample, report["samples"]["text"])
+    write_text(report_dir / "report.md", markdown)
+    return report, files
+
+
+def write_stored_report(
+    report_dir: Path, plan: Plan | None = None, **kw: Any
+) -> tuple[dict[str, Any], dict[str, Path], Stored]:
+    """The report of whatever the store in `report_dir` holds for `plan` (default: its plan.json), training
+    nothing: :func:`write_report` over the sweeps settled so far and the finished main runs (stored.read_store).
+
+    A store with runs still to do gives a PARTIAL report: report["partial"] holds the counts (`finished` of
+    `planned` runs known so far: a sweep still waiting may extend its grid) and every planned run with its state,
+    and statistics cover only the budgets where every seed of both arms finished. `kw` goes to write_report.
+    """
+    stored = read_store(report_dir, plan)
+    partial = None
+    if not stored.complete:
+        partial = {
+            "finished": stored.finished,
+            "planned": len(stored.runs),
+            "unsettled": {label: budgets for label, budgets in stored.unsettled.items()},
+            "runs": stored.runs,
+        }
+    report, files = write_report(stored.plan, report_dir, stored.sweeps, stored.records, partial=partial, **kw)
+    return report, files, stored

@@ -1,0 +1,135 @@
+"""The one driver of every kind of study: a comparison, a scaling ladder, a batch-size study.
+
+A study is one or more plans, each with its run store in a folder of its own (a comparison's is the study's
+folder; a ladder's are OUT/sizes/<size>). A kind of study (a :class:`Study`) supplies what differs: what its folder
+must hold, its dry run, its plans in order, and its report. The driver does the rest, the same for every kind:
+
+1. the check of the study's folder and of every plan's store, before anything trains;
+2. the jobs and threads (``--jobs auto`` measures them, where the kind allows it);
+3. the dry run, which writes nothing; or
+4. under the study folder's lock: each plan in turn (its sweeps and runs through one Runner and one progress bar,
+   then its own report), then the study's report. An interruption stops after the running jobs save; the plan's
+   partial report is written and the message says how to resume.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from angpt.errors import UserError
+from angpt.study import execute
+from angpt.study.execute import Runner, TerminateAsInterrupt
+from angpt.study.plan import Plan
+from angpt.study.progress import Progress, token_counts
+from angpt.study.store import PLAN_FILE, RunSpec, check_store, folder_lock, write_json
+from angpt.study.sweep import Runs, Sweeps, run_plan
+
+
+@dataclass
+class Executed:
+    """What one plan's execution left: its settled sweeps, the records of its runs, the runs this call trained."""
+
+    sweeps: Sweeps
+    records: dict[tuple, dict[str, Any]]
+    trained: list[RunSpec] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    """One plan of a study, where it runs, and what follows it."""
+
+    plan: Plan
+    folder: Path
+    command: str  # the command its report records
+    report: Callable[[Executed], Any]  # its own report, once its runs are done
+    partial: Callable[[], None]  # its report when interrupted (from what its store holds)
+    before_main: Callable[[Runs, list[RunSpec]], None] | None = None  # a scaling ladder's WSD branches
+    locked: bool = False  # its folder is the study's own, locked already
+
+
+class Study(Protocol):
+    """What a kind of study supplies to the driver."""
+
+    verb: str  # the command that holds the folder's lock ("angpt compare", "angpt scaling")
+    interrupted: str | None  # the study's own interruption message (None: its single plan's says it all)
+
+    def jobs(self, jobs: int | str, threads: int | None) -> tuple[int, int]:
+        """The jobs and threads to run with (the kind may measure them: ``--jobs auto``)."""
+        ...
+
+    def check(self, out: Path) -> None:
+        """A one-line UserError unless `out` and every plan's store may hold this study."""
+        ...
+
+    def dry_run(self, out: Path, jobs: int, threads: int) -> Any: ...
+
+    def begin(self, out: Path) -> None:
+        """Under the lock, before the first plan: the study's own files (scaling.json, jobs.json, ...)."""
+        ...
+
+    def units(self, out: Path) -> Iterator[Unit]:
+        """The plans in the order they run; a later one may depend on an earlier one's results."""
+        ...
+
+    def finish(self, out: Path) -> Any:
+        """The study's report, once every plan has run; what run_study returns."""
+        ...
+
+
+def plain_jobs(jobs: int | str, threads: int | None) -> tuple[int, int]:
+    """Jobs (a positive integer) and threads per job (default: the cores shared out), for kinds without auto."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise UserError(f"jobs={jobs!r} must be a positive integer")
+    return jobs, threads or max(1, execute.cpu_cores() // jobs)
+
+
+def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: int | None = None,
+              dry_run: bool = False, progress: bool = True) -> Any:  # fmt: skip
+    """Run (or resume, or extend) `study` in `out`; its dry run with `dry_run` (nothing is written)."""
+    out = Path(out)
+    study.check(out)
+    jobs, threads = study.jobs(jobs, threads)
+    if dry_run:
+        return study.dry_run(out, jobs, threads)
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, study.verb):
+        study.begin(out)
+        try:
+            for unit in study.units(out):
+                run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress)
+        except KeyboardInterrupt:
+            if study.interrupted:
+                print(f"{study.interrupted}: re-run the same command to resume ({out})", file=sys.stderr)
+            raise
+        return study.finish(out)
+
+
+def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool) -> Any:
+    """One plan: its store checked and its plan.json written (a new or extended plan), its runs, its report."""
+    folder, plan = unit.folder, unit.plan
+    with nullcontext() if unit.locked else folder_lock(folder, verb):
+        changes = check_store(plan, folder)
+        if changes:
+            print(f"extending {folder}: {'; '.join(changes)} (finished runs are reused)", file=sys.stderr)
+        folder.mkdir(parents=True, exist_ok=True)
+        if changes is None or changes:
+            write_json(folder / PLAN_FILE, plan.to_dict())
+        total, done = token_counts(plan, folder)  # the bar counts tokens, finished runs as done
+        bar = Progress(progress, max(total, done), min(done, max(total, done)))
+        runner = Runner(plan, folder, jobs=jobs, threads=threads, progress=bar)
+        try:
+            with TerminateAsInterrupt():
+                sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"comparison interrupted: re-run the same command to resume ({folder})", file=sys.stderr)
+            unit.partial()
+            raise
+        finally:
+            bar.close()
+        return unit.report(Executed(sweeps, runner.records, list(runner.trained)))

@@ -1,0 +1,91 @@
+"""The dry run: the planned runs with their status, and a time estimate from step times measured here."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from angpt.study.arms import Arm
+from angpt.study.plan import Plan
+
+
+def plan_device(plan: Plan):
+    """The torch device the plan's runs use (auto: CUDA when present)."""
+    import torch
+
+    if plan.device not in ("auto", "cpu"):
+        return torch.device(plan.device)
+    return torch.device("cuda" if plan.device == "auto" and torch.cuda.is_available() else "cpu")
+
+
+def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
+    """A real training step of `arm` as its runs at the smallest budget take it (the plan's batch, micro-batches,
+    optimizer and constraint, on the plan's data): returns (step, loader.next_batch); call ``step(next_batch)``."""
+    import torch
+
+    from angpt.data import TokenLoader, load_meta
+    from angpt.models import model_from_config
+    from angpt.train.config import load_run_config
+    from angpt.train.hardware import keep_freed_memory
+    from angpt.train.loop import resolve_model_config
+    from angpt.train.optim import make_optimizer
+    from angpt.train.step import TrainStep, resolve_dtype
+
+    cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
+    mcfg = resolve_model_config(cfg, meta if meta is not None else load_meta(plan.data))
+    torch.manual_seed(0)
+    model = model_from_config(mcfg).to(device)
+    model.fused_loss = cfg.train.fused_loss  # as the trainer sets up its model ...
+    if device.type == "cpu":
+        keep_freed_memory()  # ... and its process
+    opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
+    loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
+    accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
+    step = TrainStep(model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum)
+    return step, loader.next_batch
+
+
+def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per training step of each arm, timed here: 1 warm-up step, then the median of `steps` steps.
+
+    A step is the real thing (:func:`train_step_for`); the run configs are those of the smallest budget. Also
+    returns each arm's set-up time (model and optimizer construction), a per-run cost that dominates short runs.
+    """
+    import torch
+
+    from angpt.data import load_meta
+    from angpt.train.step import synchronize
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    meta = load_meta(plan.data)
+    out: dict[str, float] = {}
+    setup: dict[str, float] = {}
+    device = plan_device(plan)
+    try:
+        # An untimed first build pays the process's one-off costs (lazy imports, optimizer set-up), which a
+        # comparison pays once, not per run.
+        train_step_for(plan, plan.arms[0], device, meta)
+        for arm in plan.arms:
+            t_setup = time.perf_counter()
+            step, next_batch = train_step_for(plan, arm, device, meta)
+            setup[arm.label] = time.perf_counter() - t_setup
+            times = []
+            for i in range(steps + 1):
+                t0 = time.perf_counter()
+                step(next_batch)
+                synchronize(device)
+                if i:  # the first step pays one-off costs (allocations, kernel selection)
+                    times.append(time.perf_counter() - t0)
+            out[arm.label] = sorted(times)[len(times) // 2]
+    finally:
+        torch.set_num_threads(old)
+    return out, setup
+
+
+def estimate_run_seconds(plan: Plan, step_time: float, budget: int, setup: float = 0.0) -> float:
+    """Set-up, training steps and validation passes (a forward is ~1/3 of a micro-batch's forward+backward)."""
+    steps = plan.steps(budget)
+    accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
+    evals = math.ceil(steps / plan.eval_every(budget))
+    return setup + steps * step_time + evals * plan.eval_batches * step_time / (3 * accum)

@@ -1,0 +1,292 @@
+"""Executing a plan's runs: one `train()` per RunSpec, in this process or in parallel worker processes
+(`python -m angpt.study.worker`), with resume."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from angpt.errors import UserError
+from angpt.invocation import child_env
+from angpt.study.plan import Plan
+from angpt.study.progress import Progress
+from angpt.study.stats import median
+from angpt.study.store import RESULT_FILE, RunSpec, load_record, read_rows, run_health, write_json
+
+INTERRUPTED_EXIT = 130  # a worker's exit status after a signal (study/worker.py holds it before any import)
+
+
+class StudyInterrupted(KeyboardInterrupt):
+    """A study stopped by SIGINT or SIGTERM after its running jobs saved; re-running resumes it."""
+
+    def __init__(self, signum: int = signal.SIGINT, what: str = "") -> None:
+        super().__init__(what or signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+class TerminateAsInterrupt:
+    """While active, SIGTERM stops the comparison as Ctrl-C does (a StudyInterrupted), not abruptly.
+
+    A training run inside replaces the handler with its own (save, then stop) and restores it after.
+    """
+
+    def __enter__(self):
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise StudyInterrupted(signum)
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may use (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
+    """Train one run (or finish an interrupted one) and record its result; returns the record.
+
+    A record with status "interrupted" (a signal arrived) is returned but not written.
+    """
+    from angpt.train import checkpoint as ckpt
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import TrainingError, train
+
+    arm = plan.arm(spec.arm)
+    out = spec.run_dir(plan, report_dir)
+    steps = plan.steps(spec.budget)
+    done = load_record(out, steps)
+    if done is not None:
+        return {**done, "skipped": True}
+    if out.exists() and not ckpt.list_checkpoints(out):
+        # Ours, crashed before its first checkpoint: nothing to resume, and train() refuses a directory that
+        # holds metrics without a checkpoint. Start it afresh.
+        shutil.rmtree(out)
+    cfg = load_run_config(None, plan.run_overrides(arm, spec.budget, spec.seed, spec.lr, out, spec.setting))
+    cfg.train.progress = False  # the comparison has one progress bar over the whole plan
+    t0 = time.time()
+    record: dict[str, Any] = {
+        "arm": spec.arm,
+        "arch": arm.arch,
+        "budget": spec.budget,
+        "seed": spec.seed,
+        "lr": spec.lr,
+        "setting": dict(spec.setting),
+        "steps": steps,
+        "tokens": spec.budget,
+    }
+    try:
+        result = train(cfg)
+    except TrainingError as e:
+        # A diverging LR is a legitimate sweep result (its loss counts as infinite), not a crash of the plan.
+        record.update(status="diverged", val_loss=None, val_bpb=None, error=str(e), wall_s=time.time() - t0)
+        write_json(out / RESULT_FILE, record)
+        return record
+    if result.status != "finished":
+        return {**record, "status": "interrupted", "signal": result.signal}
+    rows = read_rows(out)
+    last = rows[-1] if rows else {}
+    if last.get("step") != steps or "val_loss" not in last:
+        raise UserError(f"run {out} finished but its metrics.jsonl does not end with step {steps}'s val_loss")
+    step_times = [r["step_time"] for r in rows if "step_time" in r and r["step"] > 1]
+    record.update(
+        status="finished",
+        val_loss=last["val_loss"],
+        val_bpb=last.get("val_bpb"),
+        test_loss=last.get("test_loss"),  # datasets with a test split: the number a report gives
+        test_bpb=last.get("test_bpb"),
+        train_loss=last.get("loss"),
+        step_time_median=median(step_times),
+        dtype=result.dtype,  # what `auto` resolved to in this run: the report checks that every run agrees
+        wall_s=time.time() - t0,
+        **run_health(rows),
+    )
+    write_json(out / RESULT_FILE, record)
+    return record
+
+
+def stop_signal(returncode: int) -> int | None:
+    """The signal that interrupted a worker, from its exit status; None if none did. A worker that caught SIGINT
+    or SIGTERM saved a checkpoint and exits INTERRUPTED_EXIT; one the signal reached before the trainer's handler
+    was installed (or a second signal killed) dies of it (status -signum): interrupted too, not failed, since a
+    run only ever resumes from a complete checkpoint."""
+    if returncode == INTERRUPTED_EXIT:
+        return signal.SIGINT
+    if returncode in (-signal.SIGINT, -signal.SIGTERM):
+        return -returncode
+    return None
+
+
+def worker_command(report_dir: Path, spec: RunSpec, threads: int) -> list[str]:
+    """The command line of a worker process that runs `spec` (the plan comes on its stdin)."""
+    return [
+        sys.executable,
+        "-m",
+        "angpt.study.worker",
+        str(report_dir),
+        json.dumps([spec.arm, spec.budget, spec.seed, spec.lr, [list(kv) for kv in spec.setting]]),
+        str(threads),
+    ]
+
+
+class Runner:
+    """Runs batches of RunSpecs: in this process (jobs=1) or in `jobs` worker processes."""
+
+    def __init__(self, plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: Progress):
+        self.plan, self.report_dir, self.jobs, self.threads, self.progress = plan, report_dir, jobs, threads, progress
+        self.records: dict[tuple, dict[str, Any]] = {}
+        self.trained: list[RunSpec] = []  # runs this invocation actually trained (not skipped)
+
+    def _dir(self, spec: RunSpec) -> Path:
+        return spec.run_dir(self.plan, self.report_dir)
+
+    def known(self, spec: RunSpec) -> dict[str, Any] | None:
+        if spec.key() not in self.records:
+            rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
+            if rec is not None:
+                self.records[spec.key()] = rec
+        return self.records.get(spec.key())
+
+    def run(self, specs: list[RunSpec]) -> None:
+        """Run every spec not already done, in order; StudyInterrupted after saving if a run was interrupted."""
+        todo = [s for s in dict.fromkeys(specs) if self.known(s) is None]
+        if not todo:
+            return
+        if self.jobs == 1:
+            for spec in todo:
+                self._record(spec, self._run_here(spec))
+        else:
+            self._run_pool(todo)
+
+    def _run_here(self, spec: RunSpec) -> dict[str, Any]:
+        import torch
+
+        old = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        self.progress.start(self._dir(spec), spec)
+        try:
+            return execute_run(self.plan, self.report_dir, spec)
+        finally:
+            torch.set_num_threads(old)
+
+    def _run_pool(self, todo: list[RunSpec]) -> None:
+        """Up to `jobs` worker processes at a time, each `python -m angpt.study.worker` for one run.
+
+        Plain subprocesses rather than multiprocessing: no re-import of the caller's __main__ (spawn) and no fork
+        of a process that has run torch. Each worker has its own session, so a terminal's Ctrl-C reaches only
+        this process; SIGINT or SIGTERM here is passed on to every running worker (as SIGINT: its train() saves a
+        checkpoint and exits), no new one starts, and once they have exited the comparison stops
+        (StudyInterrupted); re-running resumes it.
+        """
+        import subprocess
+
+        plan_json = json.dumps(self.plan.to_dict())
+        logs = self.report_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = child_env(dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads)))
+        queue = list(todo)
+        running: dict[subprocess.Popen, tuple[RunSpec, Path]] = {}
+        received: list[int] = []  # signals that arrived here
+        told: set[subprocess.Popen] = set()  # workers sent SIGINT
+        interrupted: int | None = None  # a worker stopped by a signal (not one sent from here)
+
+        def note(signum, frame):  # never raises: the loop below reacts, between two polls
+            received.append(signum)
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while queue or running:
+                while queue and len(running) < self.jobs and not received and interrupted is None:
+                    spec = queue.pop(0)
+                    log = logs / ("_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts) + ".log")
+                    with open(log, "w") as fh:
+                        proc = subprocess.Popen(
+                            worker_command(self.report_dir, spec, self.threads),
+                            stdin=subprocess.PIPE,
+                            stdout=fh,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            text=True,
+                            start_new_session=True,
+                        )
+                    try:
+                        proc.stdin.write(plan_json)  # type: ignore[union-attr]
+                        proc.stdin.close()  # type: ignore[union-attr]
+                    except BrokenPipeError:  # the worker died before reading its plan: its exit status says how
+                        with contextlib.suppress(BrokenPipeError):
+                            proc.stdin.close()  # type: ignore[union-attr]
+                    running[proc] = (spec, log)
+                    self.progress.start(self._dir(spec), spec)
+                if received:
+                    for proc in running:
+                        if proc not in told and proc.poll() is None:
+                            proc.send_signal(signal.SIGINT)
+                            told.add(proc)
+                time.sleep(0.1)
+                for proc in [p for p in running if p.poll() is not None]:
+                    spec, log = running.pop(proc)
+                    stopped_by = stop_signal(proc.returncode)
+                    if stopped_by is not None:  # the run keeps its last checkpoint; a re-run resumes it
+                        interrupted = interrupted or stopped_by
+                        self.progress.finish(self._dir(spec), 0)
+                        continue
+                    if proc.returncode != 0:
+                        self._stop(running)
+                        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+                        raise UserError(f"run {spec.name()} failed (exit {proc.returncode}): {tail[0]} (log: {log})")
+                    rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
+                    if rec is None:
+                        raise UserError(f"run {spec.name()} exited without a result (log: {log})")
+                    self._record(spec, rec)
+                if (received or interrupted is not None) and not running:
+                    break
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        if received or interrupted is not None:
+            if received:
+                name = signal.Signals(received[0]).name
+                print(f"\n{name} received: the running jobs saved a checkpoint and stopped", file=sys.stderr)
+            raise StudyInterrupted(received[0] if received else interrupted)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _stop(running: dict, timeout: float = 120.0) -> None:
+        """Stop our worker processes: SIGINT (they save a checkpoint), then wait; kill only the stragglers."""
+        for proc in running:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.time() + timeout
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except Exception:  # noqa: BLE001 - still running after the grace period
+                proc.kill()
+                proc.wait()
+
+    def _record(self, spec: RunSpec, rec: dict[str, Any]) -> None:
+        self.progress.finish(self._dir(spec), spec.budget if rec.get("status") != "interrupted" else 0)
+        if rec.get("status") == "interrupted":
+            raise StudyInterrupted(rec.get("signal") or signal.SIGINT, f"{spec.name()} interrupted")
+        if not rec.pop("skipped", False):
+            self.trained.append(spec)
+        self.records[spec.key()] = rec

@@ -1,0 +1,64 @@
+"""Units a study speaks in: token counts (``1Mi``, ``512K``), learning rates as run folders name them, durations."""
+
+from __future__ import annotations
+
+import re
+
+from angpt.errors import UserError
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def parse_tokens(text: str | int) -> int:
+    """A token count: ``4096``, ``512K``, ``1.5M``, ``2G`` (powers of 1000) or ``64Ki``, ``1Mi`` (powers of 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmg]i?)?\s*", str(text), flags=re.IGNORECASE)
+        if not m:
+            raise UserError(f"bad token count {text!r}; use e.g. 4096, 512K, 1M, 1Mi (=1048576) or 2G")
+        value_f = float(m.group(1)) * _SUFFIX[(m.group(2) or "").lower()]
+        if value_f != int(value_f):
+            raise UserError(f"token count {text!r} is not a whole number of tokens")
+        value = int(value_f)
+    if value <= 0:
+        raise UserError(f"token count {text!r} must be positive")
+    return value
+
+
+def format_tokens(n: float) -> str:
+    """A compact exact name for a token count (1M, 64Ki, 12345); approximate (~1.3M) when not whole."""
+    if n != int(n):
+        for div, s in ((10**9, "G"), (10**6, "M"), (10**3, "K")):
+            if n >= div:
+                return f"~{n / div:.3g}{s}"
+        return f"~{n:.0f}"
+    n = int(n)
+    for div, s in ((10**9, "G"), (2**30, "Gi"), (10**6, "M"), (2**20, "Mi"), (10**3, "K"), (2**10, "Ki")):
+        if n >= div and n % div == 0:
+            return f"{n // div}{s}"
+    return str(n)
+
+
+def format_lr(lr: float) -> str:
+    """A learning rate as it appears in run directory names and tables (6 significant digits)."""
+    return f"{lr:.6g}"
+
+
+def round_lr(lr: float) -> float:
+    """Round to the 6 significant digits of :func:`format_lr`, so a value and its directory name agree."""
+    return float(format_lr(lr))
+
+
+def hms(seconds: float) -> str:
+    """A duration as ``4m05s``, or ``1h02m05s`` from an hour up."""
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def si(x: float) -> str:
+    """A count with an SI suffix: ``1.2M``, ``340K``."""
+    for div, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{s}"
+    return f"{x:.3g}"
