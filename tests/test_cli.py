@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
+from angpt.checkpoint import load_checkpoint_model, save_checkpoint
 from angpt.cli import main
-from angpt.train.checkpoint import load_checkpoint_model, save_checkpoint
 
 from .test_lm_eval import memorise_capitals, write_tasks
 from .test_train import TINY

@@ -2,10 +2,10 @@
 
 import json
 
+from angpt.checkpoint import load_checkpoint_model
 from angpt.infer import sample_stream
 from angpt.study import make_plan, run_comparison
 from angpt.study.comparison.samples import TEMPERATURE, TOP_K
-from angpt.train.checkpoint import load_checkpoint_model
 
 
 def test_report_ends_with_each_arms_sample_from_its_largest_budget_run(data_dir, tmp_path, one_thread):

@@ -122,8 +122,7 @@ def test_horizon_rule_and_parameter_count(data_dir):
     # Parameters are counted in total, embeddings included (docs/protocol.md#horizon): what a CPU build counts.
     from angpt.data import load_meta
     from angpt.models import model_from_config
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
 
     plan = make_plan(data_dir, **TINY, budgets=[2048], arms=["gpt+", "angpt"])
     counted = count_params(plan)

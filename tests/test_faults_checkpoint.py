@@ -13,11 +13,11 @@ import safetensors.torch
 import torch
 
 import angpt
+from angpt import checkpoint as ckpt
 from angpt.cli import main
 from angpt.errors import CheckpointError
 from angpt.hf import export as export_mod
 from angpt.hf.export import MARKER, export_hf, import_hf
-from angpt.train import checkpoint as ckpt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

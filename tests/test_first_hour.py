@@ -115,7 +115,7 @@ def test_keep_best_keeps_the_lowest_validation_loss_across_rotation_and_resume(d
     state = json.loads((best / "state.json").read_text())
     assert state["step"] == 2 and state["best_val_loss"] == 2.0
     assert all(load_file(str(best / "model.safetensors"))[k].equal(v) for k, v in step2.items())
-    from angpt.train.checkpoint import load_checkpoint_model
+    from angpt.checkpoint import load_checkpoint_model
 
     model, tokenizer = load_checkpoint_model(best)  # generate, export and eval take it like any checkpoint
     assert tokenizer is not None and model.config.arch == "gpt+"

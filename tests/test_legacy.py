@@ -96,8 +96,8 @@ def test_a_stored_ladder_renders_the_same_points_and_resumes_without_training(le
 
 @pytest.mark.parametrize("arch", list(SLUGS))
 def test_a_stored_checkpoint_gives_the_same_logits_and_resumes_to_the_same_losses(legacy, expected, logits, arch):
+    from angpt.checkpoint import load_checkpoint_model
     from angpt.cli import main
-    from angpt.train.checkpoint import load_checkpoint_model
 
     slug = SLUGS[arch]
     model, _ = load_checkpoint_model(legacy / expected[arch]["checkpoint"], device="cpu")

@@ -164,7 +164,7 @@ def test_checkpoint_model_args_through_simple_evaluate(model, tok, tmp_path):
     """The string form lm_eval users write: model="angpt", model_args="checkpoint=PATH"."""
     from lm_eval.tasks import TaskManager
 
-    from angpt.train.checkpoint import save_checkpoint
+    from angpt.checkpoint import save_checkpoint
 
     tok.save(tmp_path / "tok")
     ckpt = save_checkpoint(

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 import angpt
+from angpt import checkpoint as ckpt
 from angpt.data import TokenLoader, load_meta, open_shard, prepare_dataset
-from angpt.train import checkpoint as ckpt
 from angpt.train.step import TrainStep
 
 from .test_train import TINY, metrics, run_cli
@@ -380,11 +380,9 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     """The decision, not a later guard: check_resume refuses a changed fixed field from the run's recorded config
     alone, before any optimizer state is loaded. (Without `lr` among the fixed fields, the scheduler's restored
     peak rate would still refuse a changed rate, later and in other words; this test fails then.)"""
-    import json
 
     from angpt.errors import UserError
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
     from angpt.train.resume import FIXED_TRAIN, check_resume
 
     from .test_train import run_cli
@@ -393,7 +391,9 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.save_every", "0"]
     assert run_cli(*common, "--train.max_steps", "4", "--train.stop_at", "2", "--train.lr", "0.002") == 0
     ckpt = sorted((out / "checkpoints").glob("step_*"))[-1]
-    state = json.loads((ckpt / "state.json").read_text())
+    from angpt.checkpoint import RunState
+
+    state = RunState.read(ckpt)
     values = {"lr": 0.01, "weight_decay": 0.3, "warmup_steps": 2, "min_lr_ratio": 0.2, "schedule": "wsd"}
     values |= {"decay_fraction": 0.5, "decay_shape": "linear", "beta1": 0.8, "beta2": 0.99, "grad_clip": 0.5}
     values |= {"batch_tokens": 1024, "micro_batch": 2, "seq_len": 32, "seed": 3}
@@ -406,9 +406,9 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     from angpt.data import data_identity, load_meta
 
     mcfg = resolve_model_config(cfg0, load_meta(data_dir))
-    assert check_resume(ckpt, state, cfg0, mcfg, data_identity(data_dir), state.get("compute_dtype")) == []
+    assert check_resume(ckpt, state, cfg0, mcfg, data_identity(data_dir), state.compute_dtype) == []
     assert set(FIXED_TRAIN) <= set(values)  # a new fixed field needs a value here
     for key in values:  # every field this test knows, whatever the module's list says today
         cfg = load_run_config(None, {**base, f"train.{key}": values[key]})
         with pytest.raises(UserError, match=rf"cannot resume .* with train\.{key}="):
-            check_resume(ckpt, state, cfg, mcfg, data_identity(data_dir), state.get("compute_dtype"))
+            check_resume(ckpt, state, cfg, mcfg, data_identity(data_dir), state.compute_dtype)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import angpt
+from angpt.models import ModelConfig, make_config, registry
 from angpt.models import angpt as angpt_module
-from angpt.models import registry
 from angpt.models.constraints import apply_constraints
 from angpt.models.layers import RoPE, UnitNorm, unit_norm, unit_qk
 
@@ -440,3 +440,43 @@ def test_unit_norm_and_unit_qk_values_and_gradients_against_finite_differences()
     q_n, k_n = unit_qk(q, k, gain)
     assert torch.allclose(q_n, gain * q / q.norm(dim=-1, keepdim=True), atol=1e-6)
     assert torch.allclose(k_n, k / k.norm(dim=-1, keepdim=True), atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", list(registry.ARCHITECTURES))
+def test_an_architectures_defaults_live_in_one_place(arch):
+    """ModelConfig(arch=x) is make_config(x): the registry entry's defaults apply however the config is made, and
+    nowhere else holds them (models/config.py's ARCH_DEFAULT fields)."""
+    from angpt.models.config import ARCH_FIELDS, BASE
+
+    assert ModelConfig(arch=arch) == make_config(arch) == make_config(arch, "demo")
+    spec = registry.get(arch)
+    for name in ARCH_FIELDS:
+        assert getattr(ModelConfig(arch=arch), name) == spec.config.get(name, BASE[name])
+    # a stored config that predates a field reads it as off, whatever the architecture's default is today
+    stored = {k: v for k, v in make_config(arch, "tiny").to_dict().items() if k not in ARCH_FIELDS}
+    assert all(getattr(ModelConfig.from_dict(stored), k) == BASE[k] for k in ARCH_FIELDS)
+
+
+def test_a_config_for_another_architecture_takes_this_ones_defaults_and_keeps_its_shape():
+    angpt_cfg = make_config("angpt", "tiny", d_model=96, n_heads=3 * 2)
+    ngpt_cfg = make_config("ngpt", angpt_cfg)
+    assert (ngpt_cfg.d_model, ngpt_cfg.n_heads) == (96, 6) and ngpt_cfg == make_config(
+        "ngpt", "tiny", d_model=96, n_heads=6
+    )
+    assert make_config("angpt", make_config("angpt", "tiny", nu_att="dense")).nu_att == "dense"  # its own: kept
+
+
+def test_the_trainers_onset_advice_comes_from_the_registry():
+    """The trainer asks the entry what to advise (beside halving the rate), and never reads anGPT's fields."""
+    import inspect
+
+    from angpt.train import loop
+
+    remedy = registry.get("angpt").onset_remedy
+    assert "model.input_norm=mlp" in remedy(make_config("angpt", "tiny", input_norm="none"))
+    assert "model.nu_att=none" in remedy(make_config("angpt", "tiny", nu_att="dense"))
+    assert "input_norm" not in remedy(make_config("angpt", "tiny")) and "nu_att=" not in remedy(
+        make_config("angpt", "tiny")
+    )
+    source = inspect.getsource(loop)
+    assert "input_norm" not in source and "nu_att" not in source

@@ -457,12 +457,12 @@ def test_wsd_branches_equal_runs_from_scratch_and_cost_only_their_decay(
 def test_seeding_branches_twice_changes_nothing(data_dir, tmp_path, one_thread, no_run_plots):
     """A re-run (or a crash after seeding) finds the branches seeded: the trunk is not trained again, nothing is
     copied over a branch's checkpoint."""
+    from angpt import checkpoint as ckpt
     from angpt.study import make_plan
     from angpt.study.execute import Runner
     from angpt.study.ladder.wsd import seed_branches
     from angpt.study.progress import Progress
     from angpt.study.store import RunSpec
-    from angpt.train import checkpoint as ckpt
 
     wsd = {"train.schedule": "wsd", "train.decay_fraction": 0.2}
     plan = make_plan(data_dir, arms=["gpt+[train.warmup_steps=1]"], budgets=[1024, 2048, 4096], settings=wsd, **TINY)
@@ -1000,8 +1000,7 @@ def test_the_dry_run_checks_every_sizes_store_as_the_run_does_and_the_run_checks
     shutil.copytree(size_dir(out, names[2]) / "runs", size_dir(no_plan, names[2]) / "runs")
     # A store whose run was trained with a model its settings no longer make (a model default changed since).
     from angpt.data import load_meta
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
 
     drift = tmp_path / "drift"
     for i in range(3):

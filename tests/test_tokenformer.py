@@ -19,10 +19,10 @@ import torch
 import transformers
 
 import angpt
+from angpt.checkpoint import load_checkpoint_model, read_state, save_weights_checkpoint
 from angpt.cli import main
 from angpt.errors import ConfigError, UserError
 from angpt.models.tokenformer import ffn_growth
-from angpt.train.checkpoint import load_checkpoint_model, read_state, save_weights_checkpoint
 
 from .test_hf_export import run_isolated
 from .test_reference import causal_attention, rope

@@ -403,10 +403,10 @@ def test_train_leaves_the_process_group_closed(data_dir, tmp_path, monkeypatch):
 
 
 def test_calibrated_nu_att_is_measured_once_during_training_and_survives_resume(data_dir, tmp_path):
+    from angpt.checkpoint import load_checkpoint_model
     from angpt.data import TokenLoader
     from angpt.models import model_from_config
     from angpt.models.angpt import calibrate_nu_att
-    from angpt.train.checkpoint import load_checkpoint_model
 
     common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.max_steps", "4", "--train.deterministic", "true"]
     common += ["--model.nu_att", "calibrated", "--model.nu_att_calibrate_at", "0.5"]

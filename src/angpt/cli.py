@@ -169,7 +169,7 @@ def _train_summary(cfg, result) -> str:
 
 # ------------------------------------------------------------------------------------ generate / export / eval
 def _load(checkpoint: str, device: str | None = None):
-    from angpt.train.checkpoint import load_checkpoint_model
+    from angpt.checkpoint import load_checkpoint_model
     from angpt.train.dist import pick_device
 
     if device is not None:
@@ -232,8 +232,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
+    from angpt.checkpoint import save_checkpoint
     from angpt.hf.export import import_hf
-    from angpt.train.checkpoint import save_checkpoint
 
     model = import_hf(args.path)
     if not hasattr(model, "constraint_groups") or model.__class__.__name__ == "FoldedLM":
@@ -250,7 +250,7 @@ def cmd_grow(args: argparse.Namespace) -> int:
     out = grow_checkpoint(
         args.checkpoint, args.out, args.add_tokens, args.add_ffn_tokens, freeze_old=args.freeze_old, seed=args.seed
     )
-    from angpt.train.checkpoint import read_state
+    from angpt.checkpoint import read_state
 
     state = read_state(out)
     grown, arch = state["grown_from"], state["model_config"]["arch"]

@@ -325,7 +325,7 @@ def _folded_files(model: torch.nn.Module, cfg: ModelConfig, tmp: Path):
 
 
 def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
-    from angpt.train.checkpoint import save_safetensors
+    from angpt.checkpoint import save_safetensors
 
     save_safetensors(sd, path)  # a write failure (a full disk) is an OSError, as every other file's here
 

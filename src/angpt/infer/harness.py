@@ -45,7 +45,7 @@ def _batch_size(value: Any) -> int:
 class AngptLM(TemplateLM):
     """An angpt language model for lm_eval: log-likelihoods, rolling log-likelihoods and generation.
 
-    Either `checkpoint` (a checkpoint or run folder, loaded with ``angpt.train.checkpoint.load_checkpoint_model``,
+    Either `checkpoint` (a checkpoint or run folder, loaded with ``angpt.checkpoint.load_checkpoint_model``,
     tokenizer included) or `model` plus `tokenizer` (an angpt Tokenizer; or a spec / folder string to load one).
     `max_length` defaults to the model's context length; `max_gen_toks` is the default generation budget when a
     task does not set one. `device` moves the model there.
@@ -66,7 +66,7 @@ class AngptLM(TemplateLM):
         if model is None:
             if checkpoint is None:
                 raise UserError("the angpt lm_eval model needs model_args checkpoint=PATH")
-            from angpt.train.checkpoint import load_checkpoint_model
+            from angpt.checkpoint import load_checkpoint_model
 
             model, saved_tokenizer = load_checkpoint_model(checkpoint, device=device or "cpu")
             tokenizer = tokenizer if tokenizer is not None else saved_tokenizer

@@ -1,8 +1,12 @@
 """Typed model configuration and named presets.
 
 One dataclass covers every architecture (litgpt-style): fields that an architecture does not use are ignored by
-it. The architecture's own defaults and behaviour live in its registry entry (models/registry.py).
-Every open choice (docs/architectures.md#open-choices) is a field whose default is ours.
+it. An architecture's own defaults live in one place, its registry entry (models/registry.py, `ArchSpec.config`):
+a field whose default differs between architectures defaults to ARCH_DEFAULT here, and `ModelConfig(arch=...)`
+takes the entry's value for it (the registry hands its entries' defaults to ARCH_DEFAULTS when it registers them),
+else the field's BASE value. So `ModelConfig(arch=x)` and `make_config(x)` are the same config. A stored config
+(`from_dict`: a checkpoint's, a run's) reads a field it predates as its BASE value: the field did not exist, so the
+run had it off. Every open choice (docs/architectures.md#open-choices) is a field.
 """
 
 from __future__ import annotations
@@ -42,12 +46,36 @@ CONTROLS: dict[str, Any] = {
 }
 
 
+class _ArchDefault:
+    """The default of a field whose default depends on the architecture (see the module docstring)."""
+
+    def __repr__(self) -> str:
+        return "<the architecture's>"
+
+
+ARCH_DEFAULT: Any = _ArchDefault()
+# The value of each ARCH_DEFAULT field for an architecture whose entry does not set it, and for a stored config
+# written before the field existed: the value that keeps it off (or the paper's choice, for anGPT's open choices).
+BASE: dict[str, Any] = {
+    "qk_norm": True,
+    "norm_eps": 1e-6,
+    "alpha_init": 0.05,
+    "alpha_speed": 1.0,
+    "s_z_init": 1.0,
+    "nu_att": "dense",
+    "input_norm": "none",
+    "weight_norm": False,
+    "attention": "dot",
+}
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {}  # architecture -> its entry's defaults (filled by the registry)
+
+
 @dataclass
 class ModelConfig:
     """Shape and options of one model. Construct through :func:`make_config` or a preset."""
 
     arch: str = "angpt"  # a registry name (models/registry.py)
-    vocab_size: int = 50304  # token ids; angpt train sets it from the dataset (padded to a multiple of 64)
+    vocab_size: int = 4096  # token ids (the demo preset's); angpt train sets it from the data (padded to 64)
     d_model: int = 256  # width of the residual stream
     n_layers: int = 6  # blocks
     n_heads: int = 4  # attention heads (head dim = d_model / n_heads)
@@ -57,25 +85,25 @@ class ModelConfig:
     activation: str = "silu"  # MLP gate: silu (SwiGLU) or gelu
 
     # GPT / GPT+ (docs/architectures.md#gpt-baseline): pre-norm, QK-norm, init std 0.02.
-    qk_norm: bool = True  # GPT+: RMSNorm of q and k per head (false: the GPT row)
+    qk_norm: bool = ARCH_DEFAULT  # GPT+: RMSNorm of q and k per head (false: the GPT row)
     norm: str = "rmsnorm"  # GPT's normalisation: rmsnorm, dyt (tanh) or ln_scaling
-    norm_eps: float = 1e-6  # RMSNorm epsilon
+    norm_eps: float = ARCH_DEFAULT  # RMSNorm epsilon (TokenFormer: LayerNorm's 1e-5)
     dyt_alpha_init: float = 0.5  # DyT: initial tanh slope
     init_std: float = 0.02  # GPT init std of every matrix (residual projections / sqrt(2 L))
 
     # nGPT / anGPT learnable scales, reparameterised: stored starts at `scale`, effective = stored * init / scale.
     # A scale of None means 1/sqrt(d_model), the NVIDIA reference default.
-    alpha_init: float = 0.05  # initial residual step alpha (nGPT 0.05; anGPT's registry: 0.01)
+    alpha_init: float = ARCH_DEFAULT  # initial residual step alpha (nGPT 0.05; anGPT 0.01)
     alpha_scale: float | None = None  # alpha's reparameterisation scale (None: 1/sqrt(d))
     # Adam moves alpha by ~lr * alpha_init / scale per step: its scale is alpha_scale / alpha_speed, so 5 with
     # alpha_init 0.01 learns alpha as fast as nGPT's alpha started at 0.05 (docs/open_choices.md#alphas-speed).
-    alpha_speed: float = 1.0  # multiplies alpha's learning speed (nGPT: 1; anGPT's registry: 5)
+    alpha_speed: float = ARCH_DEFAULT  # multiplies alpha's learning speed (nGPT: 1; anGPT: 5)
     alpha_shape: str = "vector"  # alpha per channel (vector) or one per sub-layer (scalar)
     s_qk_init: float = 1.0  # initial q, k scale under exact QK-norm
     s_qk_scale: float | None = None  # its reparameterisation scale (None: 1/sqrt(d))
     s_uz_init: float = 1.0  # nGPT's initial MLP scales s_u, s_z (anGPT's learnable c_z too)
     s_uz_scale: float = 1.0  # their reparameterisation scale
-    s_z_init: float | None = 1.0  # None: GPT+'s logit scale at init, init_std * d_model (logits_init_scale)
+    s_z_init: float | None = ARCH_DEFAULT  # None: GPT+'s logit scale at init, init_std * d_model (anGPT's)
     s_z_scale: float | None = None  # the logit scale's reparameterisation scale (None: 1/sqrt(d))
     # Softmax scale: None -> the architecture's default (1/sqrt(d_h); sqrt(d_h) for unit-norm q, k).
     softmax_scale: float | None = None  # attention logit scale (None: the architecture's)
@@ -84,11 +112,11 @@ class ModelConfig:
 
     # anGPT open choices (docs/architectures.md#open-choices).
     qk_norm_mode: str = "exact"  # anGPT: exact QK-norm with s_qk, or none (nu_qkv alone)
-    nu_att: str = "dense"  # anGPT attention factor: dense (the paper's; the registry: none), none, sqrt_pos, calibrated
+    nu_att: str = ARCH_DEFAULT  # anGPT attention factor: dense (the paper's), none (anGPT's), sqrt_pos, calibrated
     gate_scale: str = "fixed"  # anGPT gate scale c_z: fixed sqrt(d) or learnable
     # An exact L2 normalisation of a branch's input (ours, not the paper's, which adds no normalisation layer): of
     # the MLP's ("mlp"), or of the attention's and the MLP's ("block"). docs/open_choices.md#stability-at-width.
-    input_norm: str = "none"  # anGPT: exact norm of the mlp input, of both (block), or none (the paper)
+    input_norm: str = ARCH_DEFAULT  # anGPT: exact norm of the mlp input (anGPT's), of both (block), or none
     # nu_att = "calibrated": measured on training data once this fraction of the run has passed, then frozen.
     nu_att_calibrate_at: float = 0.05  # nu_att=calibrated: fraction of the run after which it is measured
     nu_att_calibrate_batches: int = 8  # nu_att=calibrated: training batches it is measured on
@@ -98,8 +126,8 @@ class ModelConfig:
     # Controls (docs/architectures.md#controls; off by default). GPT family: weight normalisation of every linear
     # map (gpt+wn) and scaled cosine attention with a learned per-head tau (gpt+cos; initial tau: Swin v2's 0.1).
     # nGPT / anGPT: alpha_A, alpha_M (freeze_alpha) or every learned scale (freeze_scales) fixed at init.
-    weight_norm: bool = False  # control: W = g V/||V|| on every GPT+ linear map (gpt+wn)
-    attention: str = "dot"  # control: dot, or cosine (scaled cosine attention, gpt+cos)
+    weight_norm: bool = ARCH_DEFAULT  # control: W = g V/||V|| on every GPT+ linear map (gpt+wn)
+    attention: str = ARCH_DEFAULT  # control: dot, or cosine (scaled cosine attention, gpt+cos)
     cos_tau_init: float = 0.1  # cosine attention: initial temperature tau (Swin v2's 0.1)
     freeze_alpha: bool = False  # control: alpha_A, alpha_M fixed at init
     freeze_scales: bool = False  # control: every learned scale fixed at init
@@ -124,6 +152,10 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the config
 
     def __post_init__(self) -> None:
+        defaults = ARCH_DEFAULTS.get(self.arch, {})
+        for name in ARCH_FIELDS:
+            if getattr(self, name) is ARCH_DEFAULT:
+                setattr(self, name, defaults.get(name, BASE[name]))
         self.validate()
 
     # ----------------------------------------------------------------------------------------------- derived
@@ -249,6 +281,14 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """A stored config (a checkpoint's, a run's): a field it predates takes its BASE value, not the
+        architecture's default of today (the run was trained without it)."""
+        return cls.create({**{k: BASE[k] for k in ARCH_FIELDS if k not in data}, **data})
+
+    @classmethod
+    def create(cls, data: dict[str, Any]) -> ModelConfig:
+        """A new config from a dict (a preset with overrides): fields not given take the architecture's defaults;
+        an unknown key is a one-line ConfigError naming the valid ones."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -256,6 +296,10 @@ class ModelConfig:
                 f"unknown model config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
             )
         return cls(**data)
+
+
+ARCH_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.default is ARCH_DEFAULT)
+assert set(ARCH_FIELDS) == set(BASE), "every field that defaults to ARCH_DEFAULT needs a BASE value"
 
 
 def _divisor_hint(d: int, h: int) -> int:

@@ -28,7 +28,7 @@ from angpt.errors import ConfigError
 from angpt.models import tokenformer
 from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
-from angpt.models.config import CONTROLS, PRESETS, ModelConfig
+from angpt.models.config import ARCH_DEFAULTS, ARCH_FIELDS, CONTROLS, PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
 from angpt.models.folded import FoldedANGPT, FoldedGPT, FoldedNGPT
 from angpt.models.gpt import GPT
@@ -77,7 +77,7 @@ class ArchSpec:
     # "folded": our folded custom class; "custom": the architecture's own transformers class, written by the module
     # `hf_module` names
     export: str
-    config: dict[str, Any] = field(default_factory=dict)  # defaults applied over the preset, before overrides
+    config: dict[str, Any] = field(default_factory=dict)  # its defaults of ARCH_DEFAULT fields (models/config.py)
     # The inference form: a class whose classmethod fold(model) returns an equivalent model with every constant or
     # reparameterisation folded into plain weights (FoldedNGPT / FoldedANGPT; FoldedGPT for the GPT family: weight
     # normalisation and LAUREL's weights). None: nothing to fold.
@@ -96,6 +96,9 @@ class ArchSpec:
     # The residual-stream norm past which a sudden rise makes the trainer warn of a blow-up's onset (train/watch.py),
     # for an architecture that keeps the stream near unit norm without normalising it exactly; None: no watch.
     residual_bound: float | None = None
+    # What else the onset warning advises, beside halving the rate ("" or " or ..."): the architecture's own
+    # stabilisers that `cfg` has switched off (anGPT: the MLP input norm, no attention factor).
+    onset_remedy: Callable[[ModelConfig], str] | None = None
 
     @property
     def weight_constraint(self) -> str:
@@ -124,10 +127,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}  # name -> (architecture, c
 
 
 def register(spec: ArchSpec) -> ArchSpec:
-    """Add an architecture (a name may be registered once)."""
+    """Add an architecture (a name may be registered once). Its config defaults become what
+    `ModelConfig(arch=name)` takes (models/config.py: ARCH_DEFAULTS)."""
     if spec.name in ARCHITECTURES or spec.name in VARIANTS:
         raise ValueError(f"architecture {spec.name!r} is already registered")
+    unknown = sorted(set(spec.config) - set(ARCH_FIELDS))
+    if unknown:
+        raise ValueError(f"{spec.name}: config default {unknown[0]!r} is not an ARCH_DEFAULT field (models/config.py)")
     ARCHITECTURES[spec.name] = spec
+    ARCH_DEFAULTS[spec.name] = dict(spec.config)
     return spec
 
 
@@ -180,24 +188,22 @@ def check_config(cfg: ModelConfig) -> ModelConfig:
 def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> ModelConfig:
     """A validated config for `arch` from a preset name, a dict, or an existing config, plus overrides.
 
-    The entry's config defaults go over the preset (e.g. "gpt" sets qk_norm=False), then the overrides. A config
-    already made for `arch` keeps its values (its choices over those defaults, e.g. anGPT's nu_att=dense, stay).
+    Fields not given take `arch`'s defaults (its entry's config; e.g. "gpt" has qk_norm=False). A config already
+    made for `arch` keeps every value (its choices over those defaults, e.g. anGPT's nu_att=dense, stay); one made
+    for another architecture keeps its shape and takes `arch`'s defaults.
     """
-    spec = get(arch)
-    resolved = isinstance(preset, ModelConfig) and preset.arch == arch
+    get(arch)
     if isinstance(preset, ModelConfig):
         base = preset.to_dict()
+        if preset.arch != arch:
+            base = {k: v for k, v in base.items() if k not in ARCH_FIELDS}
     elif isinstance(preset, dict):
         base = dict(preset)
     elif preset in PRESETS:
         base = dict(PRESETS[preset])
     else:
         raise ConfigError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
-    if not resolved:
-        base.update(spec.config)
-    base["arch"] = arch
-    base.update(overrides)
-    return check_config(ModelConfig.from_dict(base))
+    return check_config(ModelConfig.create({**base, **overrides, "arch": arch}))
 
 
 def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:
@@ -273,6 +279,17 @@ def _tokenformer_constants(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _angpt_onset_remedy(cfg: ModelConfig) -> str:
+    """anGPT's stabilisers that `cfg` has switched off, for the trainer's onset warning."""
+    out = ""
+    if cfg.input_norm == "none":
+        out += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
+    if cfg.nu_att != "none":
+        # the paper's factor grows with the position: what blew up the first steps at the paper's batch
+        out += " or drop the attention factor (model.nu_att=none, anGPT's default)"
+    return out + " (docs/open_choices.md#stability-at-width, #nu_att-none-at-the-papers-batch)"
+
+
 # At 0.5B and 1B the rates of configs/paper/gptplus-*.yaml: the nGPT reference's GPT baseline (docs/recipes.md).
 _GPT_RECIPE = Recipe("adamw", lr=2e-3, weight_decay=0.1, warmup_fraction=0.05, lr_at={"0.5B": 1.5e-3, "1B": 1.2e-3})
 
@@ -333,6 +350,7 @@ register(
         constants=lambda cfg: {**_ngpt_constants(cfg), "input_norm": cfg.input_norm, **angpt_constants(cfg).describe()},
         before_step=calibrate_during_training,
         residual_bound=4.0,  # gpt2-small: stable runs stay below ~2.5, blow-ups jump past 4 in a step (train/watch.py)
+        onset_remedy=_angpt_onset_remedy,
     )
 )
 

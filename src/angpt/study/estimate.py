@@ -25,9 +25,8 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
 
     from angpt.data import TokenLoader, load_meta
     from angpt.models import model_from_config
-    from angpt.train.config import load_run_config
+    from angpt.train.config import load_run_config, resolve_model_config
     from angpt.train.hardware import keep_freed_memory
-    from angpt.train.loop import resolve_model_config
     from angpt.train.optim import make_optimizer
     from angpt.train.step import TrainStep, resolve_dtype
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -66,7 +65,6 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
 
     A record with status "interrupted" (a signal arrived) is returned but not written.
     """
-    from angpt.train import checkpoint as ckpt
     from angpt.train.config import load_run_config
     from angpt.train.loop import TrainingError, train
 
@@ -76,10 +74,6 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     done = load_record(out, steps)
     if done is not None:
         return {**done, "skipped": True}
-    if out.exists() and not ckpt.list_checkpoints(out):
-        # Ours, crashed before its first checkpoint: nothing to resume, and train() refuses a directory that
-        # holds metrics without a checkpoint. Start it afresh.
-        shutil.rmtree(out)
     cfg = load_run_config(None, plan.run_overrides(arm, spec.budget, spec.seed, spec.lr, out, spec.setting))
     cfg.train.progress = False  # the comparison has one progress bar over the whole plan
     t0 = time.time()
@@ -94,7 +88,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         "tokens": spec.budget,
     }
     try:
-        result = train(cfg)
+        result = train(cfg, restart_unsaved=True)  # ours: one that stopped before its first checkpoint restarts
     except TrainingError as e:
         # A diverging LR is a legitimate sweep result (its loss counts as infinite), not a crash of the plan.
         record.update(status="diverged", val_loss=None, val_bpb=None, error=str(e), wall_s=time.time() - t0)

@@ -462,8 +462,7 @@ def make_plan(
 
     # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
     # one line before anything is trained or written.
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
 
     plan.data_fingerprint = dataset_fingerprint(data)
     for arm in arm_objs:

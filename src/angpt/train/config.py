@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from angpt.errors import ConfigError
-from angpt.models import registry
+from angpt.models import make_config, registry
 from angpt.models.config import PRESETS, ModelConfig
 
 
@@ -297,3 +297,34 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
     data = dict(data)
     train = TrainConfig(**data.pop("train", {}))
     return RunConfig(**data, train=train)
+
+
+# ------------------------------------------------------------------------------------------------ the model
+def resolve_model_config(cfg: RunConfig, data_meta: dict | None) -> ModelConfig:
+    """Preset + overrides; the vocabulary follows the dataset unless given, and must cover it."""
+    overrides = dict(cfg.model)
+    if cfg.train.seq_len is not None and "context_length" not in overrides:
+        overrides["context_length"] = max(cfg.train.seq_len, make_config(cfg.arch, cfg.preset).context_length)
+    if data_meta is not None:
+        data_vocab = int(data_meta["vocab_size"])
+        if "vocab_size" not in overrides:
+            overrides["vocab_size"] = -(-data_vocab // 64) * 64  # padded to a multiple of 64 for fast matmuls
+        elif overrides["vocab_size"] < data_vocab:
+            raise ConfigError(
+                f"the dataset's vocabulary ({data_vocab}) is larger than model.vocab_size={overrides['vocab_size']}; "
+                f"set model.vocab_size >= {data_vocab} or drop the override"
+            )
+    return make_config(cfg.arch, cfg.preset, **overrides)
+
+
+def check_batch_geometry(batch_tokens: int, seq_len: int, micro_batch: int, world_size: int) -> int:
+    """Gradient-accumulation steps of a global batch; a one-line ConfigError when it does not divide evenly."""
+    seqs, rem = divmod(batch_tokens, seq_len)
+    per_step = micro_batch * world_size
+    if rem or seqs % per_step:
+        raise ConfigError(
+            f"train.batch_tokens={batch_tokens} must be a multiple of seq_len x micro_batch x ranks = "
+            f"{seq_len} x {micro_batch} x {world_size} = {seq_len * per_step}; e.g. --train.batch_tokens "
+            f"{max(1, round(batch_tokens / (seq_len * per_step))) * seq_len * per_step}"
+        )
+    return seqs // per_step

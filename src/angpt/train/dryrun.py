@@ -16,9 +16,9 @@ import torch
 from angpt.errors import ConfigError
 from angpt.models import ModelConfig, describe_constants, model_from_config, registry
 from angpt.models.base import LanguageModel
-from angpt.train.config import RunConfig
+from angpt.train import start
+from angpt.train.config import RunConfig, check_batch_geometry
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
-from angpt.train.loop import check_batch_geometry, resolve_model_config
 from angpt.train.step import resolve_dtype
 
 GPU_CHOICES = (*ACCELERATORS, "cpu")
@@ -167,24 +167,15 @@ def _optimizer_summary(cfg: RunConfig) -> str:
 
 
 def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
-    """The model `angpt train` would build: from the checkpoint for init_from, else the preset plus overrides with
-    the dataset's vocabulary when the data folder is prepared, else the config's own vocabulary."""
-    from angpt.train import checkpoint as ckpt
-
-    if cfg.init_from is not None:
-        return ckpt.read_model_config(cfg.init_from), f"checkpoint {cfg.init_from}"
-    meta = None
+    """The model `angpt train` would build, by the trainer's own decision (train/start.py), reading the run folder
+    without touching it: a resume's or init_from's checkpoint settles it there as it would in the run."""
+    meta = identity = None
     if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
-        from angpt.data import load_meta
+        from angpt.data import data_identity, load_meta
 
-        meta = load_meta(cfg.data)
-    mcfg = resolve_model_config(cfg, meta)
-    if "vocab_size" in cfg.model:
-        return mcfg, "model.vocab_size"
-    if meta is not None:
-        return mcfg, f"{cfg.data}/meta.json ({meta['vocab_size']} tokens, padded to a multiple of 64)"
-    why = f"{cfg.data} is not prepared yet" if cfg.data else "no data folder given"
-    return mcfg, f"the preset ({why})"
+        meta, identity = load_meta(cfg.data), data_identity(cfg.data)
+    decided = start.decide(cfg, meta, torch.device("cpu"), identity, clean=False, report=False)
+    return decided.model, decided.model_from
 
 
 # ------------------------------------------------------------------------------------------------- memory

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
+from angpt import checkpoint as ckpt
 from angpt.errors import ConfigError, UserError
 from angpt.models import registry
-from angpt.train import checkpoint as ckpt
 
 
 def grow_checkpoint(

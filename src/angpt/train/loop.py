@@ -24,12 +24,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from angpt.data.format import tokenizer_hash
+from angpt import checkpoint as ckpt
+from angpt.checkpoint import RunState
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
-from angpt.models import ModelConfig, make_config, model_from_config, registry, unwrap
-from angpt.train import checkpoint as ckpt
-from angpt.train.config import RunConfig
+from angpt.models import model_from_config, registry, unwrap
+from angpt.train import start
+from angpt.train.config import RunConfig, check_batch_geometry
 from angpt.train.dist import (
     all_reduce_mean,
     any_rank,
@@ -43,7 +44,7 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resume, check_resumed_rate, recipe_used, resumed_dtype
+from angpt.train.resume import check_resumed_rate
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, synchronize
 from angpt.train.watch import ResidualWatch
@@ -73,56 +74,31 @@ class TrainResult:
     test_loss: float | None = None  # on the test split, at the last step (datasets with one)
 
 
-def resolve_model_config(cfg: RunConfig, data_meta: dict | None):
-    """Preset + overrides; the vocabulary follows the dataset unless given, and must cover it."""
-    overrides = dict(cfg.model)
-    if cfg.train.seq_len is not None and "context_length" not in overrides:
-        overrides["context_length"] = max(cfg.train.seq_len, make_config(cfg.arch, cfg.preset).context_length)
-    if data_meta is not None:
-        data_vocab = int(data_meta["vocab_size"])
-        if "vocab_size" not in overrides:
-            overrides["vocab_size"] = -(-data_vocab // 64) * 64  # padded to a multiple of 64 for fast matmuls
-        elif overrides["vocab_size"] < data_vocab:
-            raise ConfigError(
-                f"the dataset's vocabulary ({data_vocab}) is larger than model.vocab_size={overrides['vocab_size']}; "
-                f"set model.vocab_size >= {data_vocab} or drop the override"
-            )
-    return make_config(cfg.arch, cfg.preset, **overrides)
-
-
-def check_batch_geometry(batch_tokens: int, seq_len: int, micro_batch: int, world_size: int) -> int:
-    """Gradient-accumulation steps of a global batch; a one-line ConfigError when it does not divide evenly."""
-    seqs, rem = divmod(batch_tokens, seq_len)
-    per_step = micro_batch * world_size
-    if rem or seqs % per_step:
-        raise ConfigError(
-            f"train.batch_tokens={batch_tokens} must be a multiple of seq_len x micro_batch x ranks = "
-            f"{seq_len} x {micro_batch} x {world_size} = {seq_len * per_step}; e.g. --train.batch_tokens "
-            f"{max(1, round(batch_tokens / (seq_len * per_step))) * seq_len * per_step}"
-        )
-    return seqs // per_step
-
-
 # --------------------------------------------------------------------------------------------------- train
-def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> TrainResult:
+def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False) -> TrainResult:
     """Train one run described by `cfg`; returns where it stopped. Safe to call again to resume (resume=auto).
 
     `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
-    CLI passes lm-eval's when `train.eval_tasks` is set.
+    CLI passes lm-eval's when `train.eval_tasks` is set. `restart_unsaved` starts afresh a run whose folder holds
+    one that stopped before its first checkpoint (a study's own runs; `angpt train` refuses such a folder).
     """
     if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"--out {cfg.out} is a file; pass a folder")
     other_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
     if cfg.out is None or other_rank:  # rank 0 claims the folder for all ranks
-        return Trainer(cfg, evaluators).run()
+        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved).run()
     with DirLock(cfg.out, "angpt train"):
-        return Trainer(cfg, evaluators).run()
+        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved).run()
 
 
 class Trainer:
-    """One run: set up (data, model, optimizer, resume) on construction; `run()` trains to the end or a stop."""
+    """One run: decided, built and restored on construction; `run()` trains to the end or a stop.
 
-    def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None) -> None:
+    Construction goes one way: the start (train/start.py: fresh, resume or init_from, the model config, dtype,
+    recipe and run id, from the run folder read once), then the model built, wrapped and given its optimizer,
+    then restored from the start's checkpoint (:meth:`_restore`)."""
+
+    def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False):
         from angpt.data import TokenLoader, check_compatible, check_trainable, data_identity, load_meta
 
         cfg.validate()
@@ -140,37 +116,25 @@ class Trainer:
         tc = self.tc
         self.info = info = init_distributed(tc.device)
         self.meta = load_meta(cfg.data)
-        self.mcfg = self._model_config()
+        self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
+        self.start = start.decide(
+            cfg, self.meta, info.device, self.data_identity, clean=info.is_main, restart_unsaved=restart_unsaved,
+            report=info.is_main,
+        )  # fmt: skip
+        self.mcfg, self.dtype, self.recipe, self.run_id = (
+            self.start.model,
+            self.start.dtype,
+            self.start.recipe,
+            self.start.run_id,
+        )
         check_compatible(self.meta, self.mcfg.vocab_size)
         self.T = tc.seq_len or self.mcfg.context_length
         if self.T > self.mcfg.context_length:
             raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
         accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
-        if info.is_main and self.out.is_dir():  # a killed save may have left step_N aside: restore it first
-            for p in ckpt.clean_stale_tmp(self.out):
-                print(f"removed {p}, left by an interrupted save", file=sys.stderr)
-        self.resume_from = ckpt.resolve_resume(self.out, cfg.resume)
-        # Rotation deletes only this run's checkpoints: a resumed run keeps its id.
-        self.saved = ckpt.read_state(self.resume_from, require=()) if self.resume_from else {}
-        self.run_id = self.saved.get("run_id") or ckpt.new_run_id()
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
-        self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
-        self.recipe = recipe_used(cfg.arch, cfg.preset, tc)  # its recipe values; a resumed run keeps its own
-        if self.resume_from is None and (self.out / "metrics.jsonl").exists():
-            found = ckpt.list_checkpoints(self.out)
-            if found:  # not resuming because --resume was not given, not because there is nothing to resume
-                raise UserError(
-                    f"{self.out} already holds a run (latest checkpoint {found[-1].name}); "
-                    "pass --resume auto to continue it, or choose a new --out"
-                )
-            raise UserError(
-                f"{self.out} already holds a run (metrics.jsonl) but no checkpoint to continue from; "
-                "choose a new --out, or delete that folder to start over"
-            )
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
-        # A run computes in one dtype for life: `auto` resolves once, when the run starts (state.json keeps it).
-        self.dtype = resumed_dtype(tc.dtype, self.saved, info.device)
         notes = check_compute(self.dtype, info.device, tc.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
@@ -179,6 +143,7 @@ class Trainer:
         for note in notes if info.is_main else []:
             print(f"warning: {note}", file=sys.stderr)
 
+        # build, wrap, give an optimizer, then restore
         torch.manual_seed(tc.seed)
         model = model_from_config(self.mcfg).to(info.device)
         model.fused_loss = tc.fused_loss
@@ -208,7 +173,7 @@ class Trainer:
         self.step, self.tokens = 0, 0
         self.best_val, self.best_step = math.inf, None  # train.keep_best: carried in every checkpoint's state
         self.watch = self._residual_watch()
-        self._load_weights()
+        self._restore()
         if info.is_main:
             for note in self._data_notes():
                 print(f"warning: {note}", file=sys.stderr)
@@ -224,44 +189,35 @@ class Trainer:
             dist=info,
         )
 
-    def _model_config(self) -> ModelConfig:
-        cfg = self.cfg
-        if cfg.init_from is None:
-            return resolve_model_config(cfg, self.meta)
-        # The model is whatever the checkpoint holds (an imported Qwen3, say).
-        ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
-        mcfg = ckpt.read_model_config(cfg.init_from)
-        if mcfg.arch != cfg.arch:
-            raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
-        return mcfg
+    @property
+    def resume_from(self) -> Path | None:
+        return self.start.checkpoint if self.start.mode == start.RESUME else None
 
-    def _load_weights(self) -> None:
-        """Resume (weights, optimizer, schedule, RNG, data position) or start from --init_from's weights."""
-        if self.resume_from is not None:
-            path = self.resume_from
-            state = ckpt.read_state(path)
-            notes = check_resume(path, state, self.cfg, self.mcfg, self.data_identity, self.dtype)
-            self.recipe = state.get("recipe", self.recipe)
-            trainer = ckpt.load_trainer_state(path)
-            check_resumed_rate(path, trainer["scheduler"], self.cfg)
-            model_sd = ckpt.load_model_state(path)
-            ckpt.check_fits(self.base, model_sd, str(path))
+    def _restore(self) -> None:
+        """What the start says to bring back: a resumed run's weights, optimizer, schedule, RNG, data position,
+        step and best validation loss from its checkpoint (its state read once, by the start); an init_from run's
+        weights only."""
+        where = self.start.checkpoint
+        if self.start.mode == start.RESUME:
+            state = self.start.state
+            assert where is not None and state is not None
+            recorded = state.to_dict()  # its checksums: state.json is not read again
+            trainer = ckpt.load_trainer_state(where, state=recorded)
+            check_resumed_rate(where, trainer["scheduler"], self.cfg)
+            model_sd = ckpt.load_model_state(where, recorded)
+            ckpt.check_fits(self.base, model_sd, str(where))
             load_full_state(self.model, self.opt, model_sd, trainer["optimizer"])
             self.sched.load_state_dict(trainer["scheduler"])
             self._reschedule()
             torch.set_rng_state(trainer["rng"]["torch"])
-            self.loader.load_state_dict(state["data"])
-            self.step, self.tokens = state["step"], state["tokens"]
-            self.best_val = state.get("best_val_loss") or math.inf
-            self.best_step = state.get("best_step")
-            if self.info.is_main:
-                print(f"resuming from step {self.step} ({path})", file=sys.stderr)
-                for note in notes:
-                    print(f"  {note}", file=sys.stderr)
-        elif self.cfg.init_from is not None:
-            self._check_init_tokenizer()
-            model_sd = ckpt.load_model_state(self.cfg.init_from)
-            ckpt.check_fits(self.base, model_sd, str(self.cfg.init_from))
+            self.loader.load_state_dict(state.data)
+            self.step, self.tokens = state.step, state.tokens
+            self.best_val = state.best_val_loss or math.inf
+            self.best_step = state.best_step
+        elif self.start.mode == start.INIT_FROM:
+            assert where is not None and self.start.state is not None
+            model_sd = ckpt.load_model_state(where, self.start.state.to_dict())
+            ckpt.check_fits(self.base, model_sd, str(where))
             load_full_state(self.model, None, model_sd, None)
 
     def _data_notes(self) -> list[str]:
@@ -289,32 +245,21 @@ class Trainer:
         best, new, old = root / "best", root / f".best_new_{os.getpid()}", root / f".best_old_{os.getpid()}"
         for stale in (new, old):
             shutil.rmtree(stale, ignore_errors=True)
-        state = {
-            "step": self.step,
-            "tokens": self.tokens,
-            "run_config": self.cfg.to_dict(),
-            "model_config": self.mcfg.to_dict(),
-            "metrics": metrics,
-            "best_val_loss": val_loss,
-            "run_id": self.run_id,
-        }
-        ckpt.save_weights_checkpoint(new, model_sd, state, tokenizer_dir=self.cfg.data)
+        state = RunState(
+            step=self.step,
+            tokens=self.tokens,
+            run_config=self.cfg.to_dict(),
+            model_config=self.mcfg.to_dict(),
+            metrics=metrics,
+            best_val_loss=val_loss,
+            run_id=self.run_id,
+        )
+        ckpt.save_weights_checkpoint(new, model_sd, _weights_only(state), tokenizer_dir=self.cfg.data)
         if best.exists():
             os.replace(best, old)
         os.replace(new, best)
         shutil.rmtree(old, ignore_errors=True)
         return best
-
-    def _check_init_tokenizer(self) -> None:
-        """--init_from's weights were trained with some tokenizer: refuse other data unless told to."""
-        folder = Path(self.cfg.init_from)
-        recorded = tokenizer_hash(folder)  # the checkpoint carries a copy of its dataset's tokenizer
-        if recorded is None or recorded == self.data_identity["tokenizer_hash"] or self.tc.init_any_tokenizer:
-            return
-        raise UserError(
-            f"--init_from {folder} was trained with another tokenizer than {self.cfg.data}'s: its token ids would "
-            "mean other text; prepare the data with that tokenizer, or pass --train.init_any_tokenizer true"
-        )
 
     def _reschedule(self) -> None:
         """After loading a scheduler's state: this run's schedule (its max_steps), and the LR it gives now.
@@ -395,17 +340,11 @@ class Trainer:
 
     def _residual_watch(self) -> ResidualWatch | None:
         """The early warning of a growing residual stream, for architectures with a bound (single process)."""
-        bound = registry.of(self.base).residual_bound
-        if bound is None or self.info.enabled:
+        spec = registry.of(self.base)
+        if spec.residual_bound is None or self.info.enabled:
             return None
-        remedy = self._halve_lr()
-        if self.mcfg.input_norm == "none":
-            remedy += " or normalise the MLP input (model.input_norm=mlp, anGPT's default)"
-        if self.mcfg.nu_att != "none":
-            # the paper's factor grows with the position: what blew up the first steps at the paper's batch
-            remedy += " or drop the attention factor (model.nu_att=none, anGPT's default)"
-        remedy += " (docs/open_choices.md#stability-at-width, #nu_att-none-at-the-papers-batch)"
-        return ResidualWatch(bound, self._side_batches(1)[0][:1], self.dtype, remedy)
+        remedy = self._halve_lr() + (spec.onset_remedy(self.mcfg) if spec.onset_remedy else "")
+        return ResidualWatch(spec.residual_bound, self._side_batches(1)[0][:1], self.dtype, remedy)
 
     def _halve_lr(self) -> str:
         return f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g})"
@@ -436,25 +375,26 @@ class Trainer:
             "scheduler": self.sched.state_dict(),
             "rng": {"torch": torch.get_rng_state()},
         }
-        state = {
-            "tokens": self.tokens,
-            "data": self.loader.state_dict(),
-            "run_config": self.cfg.to_dict(),
-            "model_config": self.mcfg.to_dict(),
-            "metrics": metrics,
-            "world_size": self.info.world_size,
-            "data_identity": self.data_identity,
-            "compute_dtype": self.dtype,
-            "recipe": self.recipe,
-            "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
-            "best_step": self.best_step,
-        }
+        state = RunState(
+            step=self.step,
+            tokens=self.tokens,
+            data=self.loader.state_dict(),
+            run_config=self.cfg.to_dict(),
+            model_config=self.mcfg.to_dict(),
+            metrics=metrics,
+            world_size=self.info.world_size,
+            data_identity=self.data_identity,
+            compute_dtype=self.dtype,
+            recipe=self.recipe,
+            best_val_loss=self.best_val if math.isfinite(self.best_val) else None,
+            best_step=self.best_step,
+        )
         return ckpt.save_checkpoint(
             self.out,
             self.step,
             model_sd,
             trainer_state,
-            state,
+            state.to_dict(),
             tokenizer_dir=self.cfg.data,
             keep_last=self.tc.keep_last,
             run_id=self.run_id,
@@ -634,6 +574,14 @@ class Trainer:
 
 SIDE_SEED = 1_000_003  # added to the run's seed: the loader of the batches an architecture's hook measures on
 EPOCHS_WARNING = 4  # a run that reads its data more often than this is warned that it will overfit
+
+
+def _weights_only(state: RunState) -> dict[str, Any]:
+    """The state.json of checkpoints/best: the run's step, configs, metrics and best loss (no data cursor: it is a
+    start for --init_from or an export, not a run to resume)."""
+    out = state.to_dict()
+    out.pop("best_step", None)
+    return out
 
 
 def _row_step(line: str) -> float:

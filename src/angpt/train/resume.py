@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
+from angpt.checkpoint import RunState
 from angpt.errors import UserError
 from angpt.models import ModelConfig
-from angpt.train.config import RunConfig, run_config_from_dict
+from angpt.train.config import RunConfig, resolve_model_config, run_config_from_dict
 from angpt.train.step import resolve_dtype
 
 # train.* fields that change how the optimisation goes or which tokens are seen: fixed for the life of a run.
@@ -52,10 +53,10 @@ def _resolved(saved: Any) -> Any:
         return saved
 
 
-def resumed_dtype(requested: str, state: dict[str, Any], device: torch.device) -> str:
-    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (state.json's
+def resumed_dtype(requested: str, state: RunState | None, device: torch.device) -> str:
+    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (its state's
     `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
-    recorded = state.get("compute_dtype")
+    recorded = state.compute_dtype if state is not None else None
     if requested == "auto" and recorded in ("bf16", "fp32"):
         return recorded
     return resolve_dtype(requested, device)
@@ -124,7 +125,7 @@ def model_difference(saved: Any, mcfg: ModelConfig) -> str | None:
 
 def check_resume(
     path: Any,
-    state: dict[str, Any],
+    state: RunState,
     cfg: RunConfig,
     mcfg: ModelConfig,
     data_identity: dict[str, Any] | None,
@@ -132,18 +133,18 @@ def check_resume(
 ) -> list[str]:
     """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`, computing in `dtype` (the
     resolved compute dtype); else the changes applied."""
-    saved = state.get("run_config") or {}
+    saved = state.run_config or {}
     saved_train = saved.get("train") or {}
-    if (difference := model_difference(state.get("model_config"), mcfg)) is not None:
+    if (difference := model_difference(state.model_config, mcfg)) is not None:
         raise UserError(
             f"checkpoint {path} was trained with a different model config ({difference}); "
             "resume with the run's --arch, --preset and model settings, or use a new --out"
         )
     # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
     # older checkpoints compare the requested setting.
-    recorded_dtype = state.get("compute_dtype") if dtype is not None else None
+    recorded_dtype = state.compute_dtype if dtype is not None else None
     arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)
-    recipe = state.get("recipe")
+    recipe = state.recipe
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
@@ -169,7 +170,7 @@ def check_resume(
             f"cannot resume {path} computing in {dtype} (train.dtype={cfg.train.dtype}): the run was trained in "
             f"{recorded_dtype}; resume with --train.dtype {recorded_dtype} (or auto), or start a new run (--out)"
         )
-    recorded = state.get("data_identity")
+    recorded = state.data_identity
     if recorded and data_identity:
         if recorded.get("tokenizer_hash") != data_identity.get("tokenizer_hash"):
             raise UserError(
@@ -184,9 +185,9 @@ def check_resume(
     notes = []
     old_steps = saved_train.get("max_steps")
     if old_steps is not None and old_steps != cfg.train.max_steps:
-        if cfg.train.max_steps < state["step"]:
+        if cfg.train.max_steps < state.step:
             raise UserError(
-                f"cannot resume {path} at step {state['step']} with train.max_steps={cfg.train.max_steps}: "
+                f"cannot resume {path} at step {state.step} with train.max_steps={cfg.train.max_steps}: "
                 "the run is already past it"
             )
         notes.append(
@@ -228,8 +229,6 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
         return None
     if cfg.init_from:
         return None
-    from angpt.train.loop import resolve_model_config
-
     try:
         now = resolve_model_config(cfg, data_meta)
     except UserError as e:

@@ -87,8 +87,7 @@ def count_params(plan: Plan) -> dict[str, tuple[int, int]]:
     from angpt.data import load_meta
     from angpt.models import model_from_config
     from angpt.models.registry import describe_constants
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
 
     meta = load_meta(plan.data)
     out = {}

@@ -22,9 +22,9 @@ def sample_arms(
 
     None for an arm without such a finished run (a failed sweep, a diverged run without a finite checkpoint).
     """
+    from angpt.checkpoint import load_checkpoint_model
     from angpt.errors import UserError
     from angpt.infer import sample_stream
-    from angpt.train.checkpoint import load_checkpoint_model
 
     out: dict[str, str | None] = {}
     for arm in plan.arms:

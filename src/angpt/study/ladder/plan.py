@@ -218,8 +218,7 @@ def count_params(plan: Plan, arm: Arm, which: str) -> int:
     from angpt.data import load_meta
     from angpt.models import model_from_config
     from angpt.models.registry import describe_constants
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import resolve_model_config
+    from angpt.train.config import load_run_config, resolve_model_config
 
     cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], plan.centre_lr(arm), "unused"))
     mcfg = resolve_model_config(cfg, load_meta(plan.data))

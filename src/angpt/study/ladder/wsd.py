@@ -49,7 +49,7 @@ def seed_branches(runner: Runner, specs: list[RunSpec]) -> list[RunSpec]:
     budget's main runs (any subset works: the trunk is the plan's largest budget). Runs already finished or already
     holding a checkpoint are left as they are, so re-running resumes.
     """
-    from angpt.train import checkpoint as ckpt
+    from angpt import checkpoint as ckpt
 
     plan, report_dir = runner.plan, runner.report_dir
     longest = plan.budgets[-1]  # the trunk: `specs` may be any subset of the size's runs (one budget's, say)
@@ -74,7 +74,7 @@ def _advance(runner: Runner, longest: RunSpec, step: int) -> Path | None:
     """The longest run's checkpoint at `step`, training it there first if it is not yet; None if it is past it."""
     import torch
 
-    from angpt.train import checkpoint as ckpt
+    from angpt import checkpoint as ckpt
     from angpt.train.config import load_run_config
     from angpt.train.loop import TrainingError, train
 
@@ -118,7 +118,7 @@ def _advance(runner: Runner, longest: RunSpec, step: int) -> Path | None:
 def _copy_branch(checkpoint: Path, trunk_dir: Path, branch_dir: Path, step: int) -> None:
     """The branch's directory: the trunk's metrics up to `step`, then the checkpoint (renamed into place last, so an
     interrupted copy leaves no checkpoint and is redone)."""
-    from angpt.train import checkpoint as ckpt
+    from angpt import checkpoint as ckpt
 
     root = ckpt.checkpoint_dir(branch_dir)
     root.mkdir(parents=True, exist_ok=True)

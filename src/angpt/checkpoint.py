@@ -1,11 +1,13 @@
-"""Checkpoints: one directory per saved step, written atomically, loaded without unpickling arbitrary objects.
+"""The checkpoint format, which training writes and resumes from, and export and inference read: one directory
+per saved step, written atomically, loaded without unpickling arbitrary objects.
 
     OUT/checkpoints/step_000100/
         model.safetensors      plain model weights (no compile/DDP/FSDP prefixes)
         trainer.pt             optimizer, scheduler and RNG states (tensors and plain containers only:
                                loaded with torch.load(weights_only=True))
-        state.json             step, data cursor, resolved run config, model config, metrics at save time, the
-                               id of the run that wrote it ("run_id") and the sha256 of every other file ("files")
+        state.json             the run's state at that step (:class:`RunState`: step, tokens, data cursor, resolved
+                               run config, model config, metrics, compute dtype, recipe, best validation loss, the
+                               id of the run that wrote it) and the sha256 of every other file ("files")
         tokenizer.json, angpt_tokenizer.json   copied from the dataset, so the checkpoint stands alone
 
 A checkpoint is written to a hidden temporary directory and renamed into place, so a crash or signal during a
@@ -28,6 +30,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,50 @@ _STATE_TYPES: dict[str, tuple[type, ...]] = {
     "world_size": (int,),
     "compute_dtype": (str,),
 }
+
+
+@dataclass
+class RunState:
+    """What a checkpoint's state.json says about its run: what save writes and resume reads, typed.
+
+    A training checkpoint has every field a resume needs (`data`, the loader's cursor, among them); a weights-only
+    one (`angpt import-hf`, `angpt grow`, checkpoints/best) has a model config and little else. Keys this class
+    does not name (``saved_at``, ``files``, ...) stay in `extra` and are written back as they were.
+    """
+
+    step: int
+    model_config: dict[str, Any]
+    tokens: int = 0
+    data: dict[str, Any] | None = None  # the training loader's state: where the data stream stands
+    run_config: dict[str, Any] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    data_identity: dict[str, Any] | None = None  # tokenizer hash and data fingerprint, checked on resume
+    compute_dtype: str | None = None  # "bf16" or "fp32": a run computes in one dtype for life
+    recipe: dict[str, Any] | None = None  # the optimizer recipe's values the run took (train/resume.recipe_used)
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    run_id: str | None = None
+    imported_from: str | None = None  # weights made elsewhere: a start for --init_from, not a run to resume
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> RunState:
+        names = {f.name for f in fields(cls)} - {"extra"}
+        known = {k: v for k, v in state.items() if k in names}
+        return cls(**{"step": 0, "model_config": {}, **known}, extra={k: v for k, v in state.items() if k not in names})
+
+    @classmethod
+    def read(cls, path: str | Path, require: Iterable[str] = ("step", "model_config")) -> RunState:
+        """The state of checkpoint `path` (read_state's checks: a one-line CheckpointError for a bad file)."""
+        return cls.from_dict(read_state(path, require))
+
+    def to_dict(self) -> dict[str, Any]:
+        """state.json's keys: a field left None is not written (read_state checks the type of what is there), but
+        for the best validation loss and its step, which a run without one records as null."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {k: v for k, v in out.items() if v is not None or k in ("best_val_loss", "best_step")}
+        return {**self.extra, **out}
 
 
 def checkpoint_dir(out: str | Path) -> Path:
@@ -405,8 +452,9 @@ def file_sha256(path: str | Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- resume / read
-def resolve_resume(out: str | Path | None, resume: str | None) -> Path | None:
-    """The checkpoint directory to resume from: None, "auto" (latest in OUT, if any) or an explicit path.
+def resolve_resume(out: str | Path | None, resume: str | None) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint to resume from and its state.json (read once): None, "auto" (the latest in OUT, if any) or an
+    explicit path (a run directory: its latest checkpoint).
 
     The chosen checkpoint must be resumable (complete, with trainer state and a data cursor); a weights-only
     checkpoint (e.g. from `angpt import-hf`) is a CheckpointError that says to use --init_from instead.
@@ -422,12 +470,12 @@ def resolve_resume(out: str | Path | None, resume: str | None) -> Path | None:
         path = Path(resume)
         if path.is_dir() and not (path / STATE_FILE).is_file() and list_checkpoints(path):
             path = list_checkpoints(path)[-1]  # a run directory: take its latest checkpoint
-    validate_checkpoint(path)
-    return path
+    return path, validate_checkpoint(path)
 
 
-def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> None:
-    """CheckpointError unless `path` is a complete checkpoint directory with a well-formed state.json.
+def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> dict[str, Any]:
+    """The state.json of checkpoint `path`, read once; CheckpointError unless `path` is a complete checkpoint
+    directory with a well-formed state.json.
 
     With `need_trainer`, it must also be resumable: trainer.pt present, state.json with step, tokens, data cursor
     and model config. Checksums are not computed here (the load functions verify them).
@@ -445,10 +493,14 @@ def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> None:
     if listed:
         raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(listed)} (listed in {STATE_FILE})")
     if not need_trainer:
-        return
+        return state
     if "imported_from" in state or not (path / TRAINER_FILE).is_file():
         raise CheckpointError(_weights_only(path))
-    read_state(path, require=RESUME_KEYS)
+    missing_keys = [k for k in RESUME_KEYS if k not in state]
+    if missing_keys:
+        f = path / STATE_FILE
+        raise CheckpointError(f"{f} has no {missing_keys[0]!r} key; the checkpoint is damaged or not from angpt")
+    return state
 
 
 def _weights_only(path: Path) -> str:
@@ -499,6 +551,11 @@ def read_model_config(path: str | Path):
     return _model_config(read_state(path), Path(path))
 
 
+def model_config_of(state: dict[str, Any], path: str | Path):
+    """The ModelConfig of a checkpoint's state.json as read (one-line CheckpointError when it is invalid)."""
+    return _model_config(state, Path(path))
+
+
 def _model_config(state: dict[str, Any], path: Path):
     from angpt.models import ModelConfig
 
@@ -508,14 +565,17 @@ def _model_config(state: dict[str, Any], path: Path):
         raise CheckpointError(f"{path / STATE_FILE}: 'model_config' is invalid ({_line(e)})") from e
 
 
-def verify_checkpoint(path: str | Path, names: Iterable[str] | None = None) -> None:
+def verify_checkpoint(
+    path: str | Path, names: Iterable[str] | None = None, state: dict[str, Any] | None = None
+) -> None:
     """CheckpointError unless the files of checkpoint `path` match the sha256 recorded in state.json.
 
     `names` limits the check to those files (each must then have a recorded checksum); None checks every recorded
     file. A checkpoint without "files" in its state.json (written before checksums existed) passes unchecked.
+    `state`: its state.json as read already (else it is read here).
     """
     path = Path(path)
-    files = read_state(path, require=()).get("files")
+    files = (state if state is not None else read_state(path, require=())).get("files")
     if files is None:
         return
     if names is None:
@@ -536,13 +596,14 @@ def verify_checkpoint(path: str | Path, names: Iterable[str] | None = None) -> N
             )
 
 
-def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """The weights of checkpoint `path`, after verifying their checksum; non-finite weights are refused."""
+def load_model_state(path: str | Path, state: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """The weights of checkpoint `path`, after verifying their checksum (against `state`, its state.json as read
+    already, or read here); non-finite weights are refused."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
-    verify_checkpoint(path, [MODEL_FILE])
+    verify_checkpoint(path, [MODEL_FILE], state)
     try:
         sd = load_file(str(path / MODEL_FILE))
     except (SafetensorError, OSError) as e:
@@ -556,10 +617,13 @@ def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
     return sd
 
 
-def load_trainer_state(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Optimizer, scheduler and RNG states of checkpoint `path`, after verifying the checksum of trainer.pt."""
+def load_trainer_state(
+    path: str | Path, map_location: str | torch.device = "cpu", state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Optimizer, scheduler and RNG states of checkpoint `path`, after verifying the checksum of trainer.pt (against
+    `state`, its state.json as read already, or read here)."""
     path = Path(path)
-    verify_checkpoint(path, [TRAINER_FILE])
+    verify_checkpoint(path, [TRAINER_FILE], state)
     trainer = _torch_load(path / TRAINER_FILE, map_location)
     if not isinstance(trainer, dict) or not all(k in trainer for k in TRAINER_KEYS):
         raise CheckpointError(_weights_only(path))
@@ -605,16 +669,15 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
     path = Path(path)
     if path.is_dir() and not (path / STATE_FILE).is_file() and list_checkpoints(path):
         path = list_checkpoints(path)[-1]
-    validate_checkpoint(path, need_trainer=False)
-    state = read_state(path)
+    state = validate_checkpoint(path, need_trainer=False)
     cfg = _model_config(state, path)
     # trainer.pt is not needed here (and is twice the weights' size): check the tokenizer files, then the weights.
-    verify_checkpoint(path, [n for n in state.get("files", {}) if n not in (MODEL_FILE, TRAINER_FILE)])
+    verify_checkpoint(path, [n for n in state.get("files", {}) if n not in (MODEL_FILE, TRAINER_FILE)], state)
     try:
         model = model_from_config(cfg)
     except (ConfigError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path / STATE_FILE}: 'model_config' is invalid ({_line(e)})") from e
-    load_into(model, load_model_state(path), str(path))
+    load_into(model, load_model_state(path, state), str(path))
     tokenizer = None
     if (path / "tokenizer.json").is_file() or (path / "angpt_tokenizer.json").is_file():
         from angpt.data import load_tokenizer

@@ -1,0 +1,145 @@
+"""How a run starts, decided once: fresh, resume, or from other weights (init_from).
+
+As nanoGPT reads one `init_from` string and torchtitan's checkpointer decides in one place, :func:`decide` reads the
+run folder once and says how the run starts, with the model it builds, the dtype it computes in, the optimizer
+recipe it takes and the id its checkpoints carry:
+
+- **resume**: ``--resume auto`` (the folder's newest checkpoint) or ``--resume PATH``. The checkpoint's state is
+  read once; the run's settings are checked against it (train/resume.py: a changed rate, batch, dtype, model or
+  data refuses in one line), and the run keeps its dtype, its recipe record and its id.
+- **init_from**: ``--init_from PATH``, weights from elsewhere (an import, a grown model) at step 0. The model is the
+  checkpoint's; weights trained with another tokenizer are refused unless ``train.init_any_tokenizer``.
+- **fresh**: anything else. A folder that already holds a run is refused (resume it, or choose a new --out), unless
+  the caller asks to restart one that crashed before its first checkpoint (`restart_unsaved`: a study re-running a
+  run it owns).
+
+``--resume`` together with ``--init_from`` is refused in one line, as litgpt refuses resuming and an initial
+checkpoint together: the model would come from one and the weights from the other. The dry run makes the same
+decision without touching the folder (`clean=False`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from angpt import checkpoint as ckpt
+from angpt.checkpoint import RunState
+from angpt.errors import ConfigError, UserError
+from angpt.models import ModelConfig
+from angpt.train.config import RunConfig, resolve_model_config
+from angpt.train.resume import check_resume, recipe_used, resumed_dtype
+
+FRESH, RESUME, INIT_FROM = "fresh", "resume", "init_from"
+
+
+@dataclass
+class Start:
+    """How a run starts (see the module docstring)."""
+
+    mode: str  # FRESH | RESUME | INIT_FROM
+    model: ModelConfig
+    model_from: str  # where the model config comes from, in words (the dry run says it)
+    dtype: str  # the compute dtype, resolved ("bf16" or "fp32"): a resumed run keeps its own
+    recipe: dict[str, Any]  # the optimizer recipe's values the run takes (a resumed run keeps its record)
+    run_id: str  # the id its checkpoints carry (rotation deletes only its own)
+    checkpoint: Path | None = None  # RESUME: the checkpoint; INIT_FROM: the weights
+    state: RunState | None = None  # RESUME, INIT_FROM: the checkpoint's state, read once
+    notes: list[str] = field(default_factory=list)  # what resuming changes (a longer max_steps, say)
+
+
+def model_config(cfg: RunConfig, meta: dict | None, init_state: dict | None = None) -> tuple[ModelConfig, str]:
+    """The model a run of `cfg` builds, and where its config comes from: the checkpoint's for init_from (its
+    `init_state`, read once), else the preset plus overrides with the dataset's vocabulary (`meta`, None when the
+    data is not prepared yet)."""
+    if cfg.init_from is not None:
+        state = init_state if init_state is not None else ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
+        mcfg = ckpt.model_config_of(state, cfg.init_from)
+        if mcfg.arch != cfg.arch:
+            raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
+        return mcfg, f"checkpoint {cfg.init_from}"
+    mcfg = resolve_model_config(cfg, meta)
+    if "vocab_size" in cfg.model:
+        return mcfg, "model.vocab_size"
+    if meta is not None:
+        return mcfg, f"{cfg.data}/meta.json ({meta['vocab_size']} tokens, padded to a multiple of 64)"
+    why = f"{cfg.data} is not prepared yet" if cfg.data else "no data folder given"
+    return mcfg, f"the preset ({why})"
+
+
+def decide(
+    cfg: RunConfig,
+    meta: dict | None,
+    device: torch.device,
+    data_identity: dict[str, Any] | None = None,
+    *,
+    clean: bool = True,
+    restart_unsaved: bool = False,
+    report: bool = True,
+) -> Start:
+    """How the run of `cfg` starts (see the module docstring); a one-line UserError where it cannot.
+
+    `meta` is the dataset's meta.json, `data_identity` its fingerprint (a resume checks it), `device` where the run
+    computes (its `auto` dtype). `clean` removes what a killed save left in the folder first (the trainer's rank 0);
+    the dry run passes False and reads only. `report` prints where a resume continues from.
+    """
+    if cfg.resume and cfg.init_from:
+        raise UserError(
+            f"--resume {cfg.resume} and --init_from {cfg.init_from} both given: --resume continues a run from its own "
+            "checkpoint, --init_from starts a new run from other weights; give one"
+        )
+    out = Path(cfg.out) if cfg.out is not None else None
+    if clean and out is not None and out.is_dir():  # a killed save may have left step_N aside: restore it first
+        for p in ckpt.clean_stale_tmp(out):
+            print(f"removed {p}, left by an interrupted save", file=sys.stderr)
+    found = ckpt.resolve_resume(out, cfg.resume)  # the checkpoint and its state.json, read once
+    init_state = ckpt.validate_checkpoint(cfg.init_from, need_trainer=False) if cfg.init_from is not None else None
+    mcfg, model_from = model_config(cfg, meta, init_state)
+    if found is not None:
+        resume_from, state = found[0], RunState.from_dict(found[1])
+        dtype = resumed_dtype(cfg.train.dtype, state, device)
+        notes = check_resume(resume_from, state, cfg, mcfg, data_identity, dtype)
+        if report:
+            print(f"resuming from step {state.step} ({resume_from})", file=sys.stderr)
+            for note in notes:
+                print(f"  {note}", file=sys.stderr)
+        recipe = state.recipe or recipe_used(cfg.arch, cfg.preset, cfg.train)
+        run_id = state.run_id or ckpt.new_run_id()
+        return Start(RESUME, mcfg, model_from, dtype, recipe, run_id, resume_from, state, notes)
+    if out is not None and (out / "metrics.jsonl").exists() and not restart_unsaved:
+        found = ckpt.list_checkpoints(out)
+        if found:  # not resuming because --resume was not given, not because there is nothing to resume
+            raise UserError(
+                f"{out} already holds a run (latest checkpoint {found[-1].name}); "
+                "pass --resume auto to continue it, or choose a new --out"
+            )
+        raise UserError(
+            f"{out} already holds a run (metrics.jsonl) but no checkpoint to continue from; "
+            "choose a new --out, or delete that folder to start over"
+        )
+    dtype = resumed_dtype(cfg.train.dtype, None, device)
+    recipe = recipe_used(cfg.arch, cfg.preset, cfg.train)
+    if cfg.init_from is not None:
+        _check_tokenizer(cfg, data_identity)
+        state = RunState.from_dict(init_state or {})
+        return Start(INIT_FROM, mcfg, model_from, dtype, recipe, ckpt.new_run_id(), Path(cfg.init_from), state)
+    return Start(FRESH, mcfg, model_from, dtype, recipe, ckpt.new_run_id())
+
+
+def _check_tokenizer(cfg: RunConfig, data_identity: dict[str, Any] | None) -> None:
+    """--init_from's weights were trained with some tokenizer: refuse other data unless told to."""
+    from angpt.data.format import tokenizer_hash
+
+    folder = Path(cfg.init_from)
+    recorded = tokenizer_hash(folder)  # the checkpoint carries a copy of its dataset's tokenizer
+    now = (data_identity or {}).get("tokenizer_hash")
+    if recorded is None or now is None or recorded == now or cfg.train.init_any_tokenizer:
+        return
+    raise UserError(
+        f"--init_from {folder} was trained with another tokenizer than {cfg.data}'s: its token ids would "
+        "mean other text; prepare the data with that tokenizer, or pass --train.init_any_tokenizer true"
+    )

@@ -1,0 +1,106 @@
+"""One decision starts a run (train/start.py): fresh, resume or init_from, from the run folder read once; the
+conflicting options refused; the dry run and a study's runner asking the same decision."""
+
+import json
+import shutil
+
+import pytest
+
+from angpt import checkpoint as ckpt
+from angpt.checkpoint import RunState
+
+from .test_train import TINY, run_cli
+
+FIXTURE = __import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "legacy-2026-11-26"
+
+
+@pytest.fixture(scope="module")
+def stopped(data_dir, tmp_path_factory):
+    """A GPT+ run stopped at step 2 of 4, with its checkpoint."""
+    out = tmp_path_factory.mktemp("start") / "run"
+    args = ["--arch", "gpt+", "--data", str(data_dir), *TINY, "--train.max_steps", "4", "--train.save_every", "2"]
+    assert run_cli(*args, "--out", out, "--train.stop_at", "2") == 0
+    return out, args
+
+
+def test_resume_and_init_from_together_are_refused_in_one_line(stopped, capsys):
+    out, args = stopped
+    capsys.readouterr()
+    ckpt_dir = ckpt.list_checkpoints(out)[-1]
+    for extra in ([], ["--dry-run"]):  # the dry run makes the same decision
+        rc = run_cli(*args, "--out", out, "--resume", "auto", "--init_from", ckpt_dir, *extra)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+        assert "--resume auto and --init_from" in err[0] and "give one" in err[0]
+
+
+def test_a_resume_reads_state_json_once(stopped, monkeypatch):
+    """The checkpoint's state is read once (it was read six times) and then passed on: checksums, data position,
+    step, recipe and dtype all come from that one read."""
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import Trainer
+
+    out, args = stopped
+    copy = out.parent / "resumed-once"
+    shutil.copytree(out, copy)
+    reads = []
+    original = ckpt.read_state
+
+    def counting(path, *a, **k):
+        reads.append(str(path))
+        return original(path, *a, **k)
+
+    monkeypatch.setattr(ckpt, "read_state", counting)
+    from angpt.train.config import load_yaml
+
+    overrides = {flag.lstrip("-"): load_yaml(v) for flag, v in zip(args[::2], args[1::2])}
+    cfg = load_run_config(None, {**overrides, "out": str(copy), "resume": "auto"})
+    trainer = Trainer(cfg)
+    assert trainer.start.mode == "resume" and trainer.step == 2
+    assert len([r for r in reads if r.endswith("step_000002")]) == 1, reads
+
+
+def test_a_study_run_that_stopped_before_its_first_checkpoint_restarts_without_its_folder_deleted(data_dir, tmp_path):
+    """The runner asks the trainer for a fresh start (train(..., restart_unsaved=True)) instead of deleting the
+    folder; `angpt train` itself still refuses such a folder."""
+    from angpt.study import make_plan
+    from angpt.study.execute import execute_run
+    from angpt.study.store import RunSpec
+
+    plan = make_plan(data_dir, budgets=[1024], arms=["gpt+"], seeds=[0], lr_grid=[1], preset="tiny",
+                     batch_tokens=512, eval_batches=1, eval_points=1, dtype="fp32", tuning_seed=None)  # fmt: skip
+    spec = RunSpec("gpt+", 1024, 0, plan.initial_grid(plan.arms[0])[0])
+    run = spec.run_dir(plan, tmp_path)
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 9.9}) + "\n")  # a crash before the checkpoint
+    (run / "notes.txt").write_text("mine")
+    assert run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", run, "--train.max_steps", "2") == 2
+    rec = execute_run(plan, tmp_path, spec)
+    assert rec["status"] == "finished" and (run / "notes.txt").read_text() == "mine"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r][0] == 1 and rows[0].get("loss") != 9.9  # the old row is gone
+
+
+def test_the_dry_run_plans_the_model_the_start_decides(stopped, tmp_path, capsys):
+    """The dry run reads the folder as the run would: an --init_from of another architecture is the run's refusal,
+    and its model is the checkpoint's."""
+    out, args = stopped
+    ckpt_dir = ckpt.list_checkpoints(out)[-1]
+    capsys.readouterr()
+    rc = run_cli(*[a if a != "gpt+" else "angpt" for a in args], "--out", tmp_path / "o", "--init_from", ckpt_dir,
+                 "--dry-run")  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "holds a gpt+ model; pass --arch gpt+" in err[0]
+    assert run_cli(*args, "--out", tmp_path / "o", "--init_from", ckpt_dir, "--dry-run", "--dry-run-gpus", "1") == 0
+    assert f"checkpoint {ckpt_dir}" in capsys.readouterr().out
+
+
+def test_a_checkpoints_state_reads_and_writes_back_its_keys():
+    """RunState, the typed state.json that save writes and resume reads: a checkpoint written before it existed
+    comes back with the same keys and values."""
+    path = FIXTURE / "runs" / "gptplus" / "checkpoints" / "step_000002"
+    raw = json.loads((path / "state.json").read_text())
+    state = RunState.read(path)
+    assert state.step == 2 and state.data == raw["data"] and state.compute_dtype == raw["compute_dtype"]
+    assert state.recipe == raw["recipe"] and state.run_id == raw["run_id"]
+    assert state.to_dict() == raw
