@@ -335,9 +335,9 @@ def test_rerun_skips_finished_runs_and_finishes_unrecorded_ones(compared, monkey
 
     calls, real = [], loop.train
 
-    def counting_train(cfg):
+    def counting_train(cfg, **kw):
         calls.append(cfg.out)
-        return real(cfg)
+        return real(cfg, **kw)
 
     # The runner looks train up in angpt.train.loop at call time, so this counts every run it trains.
     monkeypatch.setattr(loop, "train", counting_train)
@@ -364,9 +364,9 @@ def test_interrupted_run_is_resumed(data_dir, tmp_path, monkeypatch, compared):
     plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0], lr_grid=[1])
     real = loop.train
 
-    def interrupted_once(cfg):
+    def interrupted_once(cfg, **kw):
         cfg.train.stop_at = 2  # as if a signal arrived after step 2: a checkpoint is saved, status interrupted
-        return real(cfg)
+        return real(cfg, **kw)
 
     monkeypatch.setattr(loop, "train", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
@@ -540,10 +540,10 @@ def cut(data_dir, tmp_path_factory):
 
     real = loop.train
 
-    def stop_at_seed_1_of_the_second_budget(cfg):
+    def stop_at_seed_1_of_the_second_budget(cfg, **kw):
         if cfg.train.max_steps == 8 and cfg.train.seed == 1:  # as if Ctrl-C arrived
             raise KeyboardInterrupt
-        return real(cfg)
+        return real(cfg, **kw)
 
     plan = tiny_plan(data_dir, lr_grid=[1])
     out = tmp_path_factory.mktemp("cut") / "cut"
@@ -620,7 +620,7 @@ def test_report_only_rewrites_a_partial_store_and_reads_past_half_written_record
     plan, cut_out, _ = cut
     out = tmp_path / "copy"
     shutil.copytree(cut_out, out)
-    monkeypatch.setattr(loop, "train", lambda cfg: pytest.fail("--report-only trained"))
+    monkeypatch.setattr(loop, "train", lambda cfg, **kw: pytest.fail("--report-only trained"))
     before = json.loads((out / "report.json").read_text())
     assert cli("--out", out, "--report-only") == 0
     assert "PARTIAL: 6 of 8 planned runs finished" in capsys.readouterr().out
@@ -648,7 +648,7 @@ def test_a_failed_partial_report_is_one_warning_and_the_exit_code_stands(data_di
     from angpt.study.comparison import report as report_module
     from angpt.train import loop
 
-    def sigterm(cfg):
+    def sigterm(cfg, **kw):
         raise StudyInterrupted(signal.SIGTERM)
 
     monkeypatch.setattr(loop, "train", sigterm)
@@ -676,7 +676,7 @@ def test_report_only_on_a_finished_store_reproduces_its_report(compared, data_di
     out = tmp_path / "copy"
     shutil.copytree(finished, out)
     (out / "report.md").unlink()
-    monkeypatch.setattr(loop, "train", lambda cfg: pytest.fail("--report-only trained"))
+    monkeypatch.setattr(loop, "train", lambda cfg, **kw: pytest.fail("--report-only trained"))
     runs = snapshot(out / "runs")
     assert cli("--out", out, "--report-only") == 0
     full, again = (json.loads((d / "report.json").read_text()) for d in (finished, out))

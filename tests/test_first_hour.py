@@ -137,8 +137,15 @@ def test_help_config_lists_every_key_with_its_default_and_meaning(capsys):
     assert keys <= set(rows), sorted(keys - set(rows))
     undocumented = [k for k, line in rows.items() if len(line.split(None, 2)) < 3]
     assert not undocumented, f"give these fields a comment on their line: {undocumented}"
-    assert rows["--train.beta2"].split()[1] == "0.95" and rows["--model.input_norm"].split()[1] == "'none'"
-    assert "Adam beta2" in rows["--train.beta2"]
+    assert rows["--train.beta2"].split()[1] == "0.95" and "Adam beta2" in rows["--train.beta2"]
+    # a default that depends on the architecture says whose it is, not one architecture's value for all
+    assert rows["--model.nu_att"].split()[1:3] == ["by", "arch"] and "[angpt 'none'; others 'dense']" in out
+    assert main(["train", "--help-config", "--arch", "angpt"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("--")}
+    assert rows["--model.nu_att"].split()[1] == "'none'" and rows["--model.input_norm"].split()[1] == "'mlp'"
+    assert main(["train", "--help-config", "--arch", "ngpt"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("--")}
+    assert rows["--model.nu_att"].split()[1] == "'dense'" and rows["--model.alpha_init"].split()[1] == "0.05"
 
 
 def test_train_help_points_to_the_settings(capsys):

@@ -262,17 +262,19 @@ def test_the_dtype_decision_survives_a_noisy_timer(true_speedup):
 
 
 def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_for_old_checkpoints(monkeypatch):
+    from angpt.checkpoint import RunState
     from angpt.errors import UserError
     from angpt.train import hardware
     from angpt.train.config import RunConfig
-    from angpt.train.resume import check_resume, resumed_dtype
+    from angpt.train.resume import check_resume
+    from angpt.train.start import resumed_dtype
 
     mcfg = angpt.make_config("angpt", "tiny")
 
     def state(requested, compute=None):
         cfg = RunConfig(arch="angpt", preset="tiny")
         cfg.train.dtype = requested
-        return {"model_config": mcfg.to_dict(), "run_config": cfg.to_dict(), "compute_dtype": compute}
+        return RunState(step=0, model_config=mcfg.to_dict(), run_config=cfg.to_dict(), compute_dtype=compute)
 
     def cfg(requested):
         c = RunConfig(arch="angpt", preset="tiny")
@@ -287,8 +289,7 @@ def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # this machine would pick fp32
     assert resumed_dtype("auto", new, cpu) == "bf16"  # auto keeps the run's dtype on any machine
     assert resumed_dtype("fp32", new, cpu) == "fp32"  # an explicit request is what it says (refused above)
-    old = {**state("auto"), "compute_dtype": None}  # written before compute_dtype was recorded
-    del old["compute_dtype"]
+    old = state("auto")  # written before compute_dtype was recorded
     assert check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32") == []
     with pytest.raises(UserError, match="train.dtype='bf16': the run was trained with 'auto'"):
         check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16")

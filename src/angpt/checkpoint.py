@@ -473,6 +473,13 @@ def resolve_resume(out: str | Path | None, resume: str | None) -> tuple[Path, di
     return path, validate_checkpoint(path)
 
 
+def read_weights_start(path: str | Path) -> tuple[RunState, Any]:
+    """(state, ModelConfig) of a checkpoint a new run starts from (--init_from: weights only are enough), read
+    once; a one-line CheckpointError for an incomplete or invalid one."""
+    state = validate_checkpoint(path, need_trainer=False)
+    return RunState.from_dict(state), _model_config(state, Path(path))
+
+
 def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> dict[str, Any]:
     """The state.json of checkpoint `path`, read once; CheckpointError unless `path` is a complete checkpoint
     directory with a well-formed state.json.
@@ -549,11 +556,6 @@ def read_state(path: str | Path, require: Iterable[str] = ("step", "model_config
 def read_model_config(path: str | Path):
     """The ModelConfig recorded in checkpoint `path`'s state.json (one-line CheckpointError when it is invalid)."""
     return _model_config(read_state(path), Path(path))
-
-
-def model_config_of(state: dict[str, Any], path: str | Path):
-    """The ModelConfig of a checkpoint's state.json as read (one-line CheckpointError when it is invalid)."""
-    return _model_config(state, Path(path))
 
 
 def _model_config(state: dict[str, Any], path: Path):

@@ -111,7 +111,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.help_config:
         from angpt.train.keys import format_reference
 
-        print(format_reference())
+        print(format_reference(args.arch))
         return 0
     cfg = run_config_from_args(args)
     if args.dry_run:

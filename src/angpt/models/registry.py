@@ -64,6 +64,23 @@ class Recipe:
             return 0
         return min(self.warmup_cap, max(1, int(max_steps * self.warmup_fraction)))
 
+    def default(self, key: str, preset: str) -> Any:
+        """The recipe's value of `key` (lr, weight_decay, ...) for a model built from `preset`."""
+        return self.lr_for(preset) if key == "lr" else getattr(self, key)
+
+    def used(self, preset: str, train: Any) -> dict[str, Any]:
+        """The recipe's fields a run from `preset` with train settings `train` (a TrainConfig) takes: the optimizer
+        always, the learning rate (the preset's) and weight decay where train.lr / train.weight_decay are unset, the
+        warm-up's fraction and cap where train.warmup_steps is. A run records them (config.json, every checkpoint),
+        so that a recipe changed since (a new default rate) is never taken for the one it was trained with."""
+        used: dict[str, Any] = {"optimizer": self.optimizer}
+        for key in ("lr", "weight_decay"):
+            if getattr(train, key) is None:
+                used[key] = self.default(key, preset)
+        if train.warmup_steps is None:
+            used |= {"warmup_fraction": self.warmup_fraction, "warmup_cap": self.warmup_cap}
+        return used
+
 
 @dataclass(frozen=True)
 class ArchSpec:

@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import re
 
-from angpt.models.config import ModelConfig
+from angpt.models.config import ARCH_DEFAULT, ARCH_DEFAULTS, BASE, ModelConfig
 from angpt.train.config import RunConfig, TrainConfig
 
 _FIELD = re.compile(r"^\s+(\w+): [^=#]+=[^#]*#\s*(.+)$")
@@ -24,32 +24,53 @@ def meanings(cls: type) -> dict[str, str]:
     return found
 
 
-def _default(f: dataclasses.Field) -> str:
+def _show(value: object) -> str:
+    return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def _default(f: dataclasses.Field, arch: str | None = None) -> str:
+    if f.default is ARCH_DEFAULT:  # the architecture's: its registry entry's value, or the field's base one
+        if arch is not None:
+            return _show(ARCH_DEFAULTS.get(arch, {}).get(f.name, BASE[f.name]))
+        return "by arch"
     if f.default is not dataclasses.MISSING:
-        return "null" if f.default is None else repr(f.default) if isinstance(f.default, str) else str(f.default)
+        return _show(f.default)
     return "{}" if f.default_factory is dict else "-"  # type: ignore[comparison-overlap]
 
 
-def reference() -> list[tuple[str, str, str]]:
-    """(key as written on the command line, default, meaning) for the top-level, train.* and model.* keys."""
+def _by_arch(name: str) -> str:
+    """`[angpt 'mlp'; others 'none']`: a field whose default depends on the architecture, per registry entry."""
+    setting = {arch: d[name] for arch, d in ARCH_DEFAULTS.items() if name in d}
+    shown = "; ".join(f"{arch} {_show(v)}" for arch, v in setting.items())
+    return f" [{shown}; others {_show(BASE[name])}]"
+
+
+def reference(arch: str | None = None) -> list[tuple[str, str, str]]:
+    """(key as written on the command line, default, meaning) for the top-level, train.* and model.* keys; the
+    model.* defaults as `arch` takes them (None: every architecture's, where they differ)."""
     rows = []
     for prefix, cls, skip in (("", RunConfig, {"train", "model"}), ("train.", TrainConfig, set()),
                               ("model.", ModelConfig, {"arch", "extra"})):  # fmt: skip
         text = meanings(cls)
         for f in dataclasses.fields(cls):
-            if f.name not in skip:
-                rows.append((f"--{prefix}{f.name}", _default(f), text.get(f.name, "")))
+            if f.name in skip:
+                continue
+            meaning = text.get(f.name, "")
+            if f.default is ARCH_DEFAULT and arch is None:
+                meaning += _by_arch(f.name)
+            rows.append((f"--{prefix}{f.name}", _default(f, arch), meaning))
     return rows
 
 
-def format_reference() -> str:
-    rows = reference()
+def format_reference(arch: str | None = None) -> str:
+    rows = reference(arch)
     width = max(len(k) for k, _, _ in rows)
     dwidth = min(max(len(d) for _, d, _ in rows), 14)
+    whose = f"{arch}'s" if arch else "the field defaults; where they differ by architecture, each one's in brackets"
     lines = [
-        "Every key of a run (YAML recipe or --section.key VALUE on the command line). model.* defaults are the",
-        "field defaults; the preset and the architecture's registry entry set some of them first (angpt info --arch A",
-        "--preset P shows a resolved config); train.lr, weight_decay and warmup_steps null mean the arch's recipe.",
+        f"Every key of a run (YAML recipe or --section.key VALUE on the command line). model.* defaults: {whose}",
+        "(the preset sets the shape first; angpt info --arch A --preset P shows a resolved config; angpt train",
+        "--help-config --arch A shows A's defaults). train.lr, weight_decay and warmup_steps null: the arch's recipe.",
         "",
     ]
     lines += [f"{k:<{width}}  {d:<{dwidth}}  {m}" for k, d, m in rows]

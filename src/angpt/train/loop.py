@@ -194,31 +194,28 @@ class Trainer:
         return self.start.checkpoint if self.start.mode == start.RESUME else None
 
     def _restore(self) -> None:
-        """What the start says to bring back: a resumed run's weights, optimizer, schedule, RNG, data position,
-        step and best validation loss from its checkpoint (its state read once, by the start); an init_from run's
+        """What the start says to bring back, from its checkpoint (its state read once, by the start): a resumed
+        run's weights, optimizer, schedule, RNG, data position, step and best validation loss; an init_from run's
         weights only."""
-        where = self.start.checkpoint
-        if self.start.mode == start.RESUME:
-            state = self.start.state
-            assert where is not None and state is not None
-            recorded = state.to_dict()  # its checksums: state.json is not read again
-            trainer = ckpt.load_trainer_state(where, state=recorded)
+        where, state, resume = self.start.checkpoint, self.start.state, self.start.mode == start.RESUME
+        if where is None or state is None:
+            return
+        recorded = state.to_dict()  # its checksums: state.json is not read again
+        model_sd = ckpt.load_model_state(where, recorded)
+        ckpt.check_fits(self.base, model_sd, str(where))
+        trainer = ckpt.load_trainer_state(where, state=recorded) if resume else None
+        if trainer is not None:
             check_resumed_rate(where, trainer["scheduler"], self.cfg)
-            model_sd = ckpt.load_model_state(where, recorded)
-            ckpt.check_fits(self.base, model_sd, str(where))
-            load_full_state(self.model, self.opt, model_sd, trainer["optimizer"])
-            self.sched.load_state_dict(trainer["scheduler"])
-            self._reschedule()
-            torch.set_rng_state(trainer["rng"]["torch"])
-            self.loader.load_state_dict(state.data)
-            self.step, self.tokens = state.step, state.tokens
-            self.best_val = state.best_val_loss or math.inf
-            self.best_step = state.best_step
-        elif self.start.mode == start.INIT_FROM:
-            assert where is not None and self.start.state is not None
-            model_sd = ckpt.load_model_state(where, self.start.state.to_dict())
-            ckpt.check_fits(self.base, model_sd, str(where))
-            load_full_state(self.model, None, model_sd, None)
+        load_full_state(self.model, self.opt if resume else None, model_sd, trainer["optimizer"] if trainer else None)
+        if trainer is None:
+            return
+        self.sched.load_state_dict(trainer["scheduler"])
+        self._reschedule()
+        torch.set_rng_state(trainer["rng"]["torch"])
+        self.loader.load_state_dict(state.data)
+        self.step, self.tokens = state.step, state.tokens
+        self.best_val = state.best_val_loss or math.inf
+        self.best_step = state.best_step
 
     def _data_notes(self) -> list[str]:
         """How many times the run reads its training data, when that is more than a few (it will overfit)."""

@@ -15,13 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from angpt.checkpoint import RunState
 from angpt.errors import UserError
-from angpt.models import ModelConfig
+from angpt.models import ModelConfig, registry
 from angpt.train.config import RunConfig, resolve_model_config, run_config_from_dict
-from angpt.train.step import resolve_dtype
 
 # train.* fields that change how the optimisation goes or which tokens are seen: fixed for the life of a run.
 FIXED_TRAIN = (
@@ -53,59 +50,31 @@ def _resolved(saved: Any) -> Any:
         return saved
 
 
-def resumed_dtype(requested: str, state: RunState | None, device: torch.device) -> str:
-    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (its state's
-    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
-    recorded = state.compute_dtype if state is not None else None
-    if requested == "auto" and recorded in ("bf16", "fp32"):
-        return recorded
-    return resolve_dtype(requested, device)
-
-
-def _recipe_default(arch: str, preset: str, key: str) -> Any:
-    """`arch`'s recipe's value of `key` (lr, weight_decay, ...) for a model built from `preset`."""
-    from angpt.models import registry
-
-    recipe = registry.get(arch).recipe
-    return recipe.lr_for(preset) if key == "lr" else getattr(recipe, key)
-
-
 def recipe_used(arch: str, preset: str, train: Any) -> dict[str, Any]:
-    """The fields of `arch`'s optimizer recipe (registry) a run from `preset` with train settings `train` takes: the
-    optimizer always, the learning rate (the preset's) and weight decay where train.lr / train.weight_decay are unset,
-    the warm-up's fraction and cap where train.warmup_steps is. Recorded in config.json and every checkpoint, so that
-    a recipe changed since (a new default rate) is never taken for the one a run was trained with."""
-    from angpt.models import registry
-
-    recipe = registry.get(arch).recipe
-    used = {"optimizer": recipe.optimizer}
-    for key in ("lr", "weight_decay"):
-        if getattr(train, key) is None:
-            used[key] = _recipe_default(arch, preset, key)
-    if train.warmup_steps is None:
-        used |= {"warmup_fraction": recipe.warmup_fraction, "warmup_cap": recipe.warmup_cap}
-    return used
+    """The fields of `arch`'s optimizer recipe a run from `preset` with train settings `train` takes (Recipe.used)."""
+    return registry.get(arch).recipe.used(preset, train)
 
 
-def recipe_difference(saved: Any, arch: str, preset: str, train: Any) -> str | None:
+def recipe_difference(saved: Any, arch: str, preset: str, train: Any, recipe: Any = None) -> str | None:
     """How the recipe fields a run recorded (`saved`, None for runs that predate the record) differ from those the
-    same settings take today, as `the ARCH recipe's KEY=WAS (now NOW)`; None when they agree or nothing was recorded."""
+    same settings take today (`recipe`: the architecture's Recipe, looked up when not given), as
+    `the ARCH recipe's KEY=WAS (now NOW)`; None when they agree or nothing was recorded."""
     if not isinstance(saved, dict):
         return None
-    now = recipe_used(arch, preset, train)
+    now = (recipe or registry.get(arch).recipe).used(preset, train)
     keys = [k for k in saved if k in now and saved[k] != now[k]]
     return ", ".join(f"the {arch} recipe's {k}={saved[k]!r} (now {now[k]!r})" for k in keys) or None
 
 
 def _recipe_value(
-    key: str, value: Any, arch: str, preset: str, recorded: dict[str, Any] | None = None
+    key: str, value: Any, arch: str, preset: str, recipe: Any, recorded: dict[str, Any] | None = None
 ) -> tuple[Any, str]:
-    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's recipe's at `preset`,
+    """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's `recipe`'s at `preset`,
     as the run recorded it (`recorded`) or, for runs that predate the record, as it is today."""
     if value is None and key in ("lr", "weight_decay"):
         if recorded and key in recorded:
             return recorded[key], f" (the {arch} recipe's when the run started; train.{key} unset)"
-        return _recipe_default(arch, preset, key), f" (the {arch} recipe's at {preset}; train.{key} unset)"
+        return recipe.default(key, preset), f" (the {arch} recipe's at {preset}; train.{key} unset)"
     return value, ""
 
 
@@ -143,15 +112,15 @@ def check_resume(
     # The compute dtype is compared as resolved (`auto` differs between machines) where the checkpoint records it;
     # older checkpoints compare the requested setting.
     recorded_dtype = state.compute_dtype if dtype is not None else None
-    arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)
-    recipe = state.recipe
+    arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)  # the same arch: the model agrees
+    recipe, today = state.recipe, registry.get(cfg.arch).recipe
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
         if key == "lr" and saved_train[key] is None and "lr" not in (recipe or {}):
             continue  # a run older than the recipe record: its scheduler state has the rate (check_resumed_rate)
-        was = _recipe_value(key, saved_train[key], arch, preset, recipe)
-        now = _recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset)  # as this run would train
+        was = _recipe_value(key, saved_train[key], arch, preset, today, recipe)
+        now = _recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset, today)  # as this run would train
         if was[0] != now[0]:
             same = f"pass --train.{key} {was[0]}" if was[0] is not None else "resume without changing it"
             raise UserError(
@@ -160,7 +129,7 @@ def check_resume(
             )
     # What the loop cannot see: the optimizer, and the warm-up's fraction and cap where train.warmup_steps stays unset
     # (a changed unset rate or weight decay has stopped above, with its own message).
-    if (difference := recipe_difference(recipe, arch, preset, cfg.train)) is not None:
+    if (difference := recipe_difference(recipe, arch, preset, cfg.train, today)) is not None:
         raise UserError(
             f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
             "resume it as it was trained, or start a new run (--out)"
@@ -204,7 +173,7 @@ def check_resumed_rate(path: str | Path, scheduler_state: dict[str, Any], cfg: A
     was = (scheduler_state.get("base_lrs") or [None])[0]
     if was is None or math.isclose(was, cfg.lr, rel_tol=1e-9):
         return
-    how = _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset)[1]
+    how = _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset, registry.get(cfg.arch).recipe)[1]
     raise UserError(
         f"cannot resume {path} with train.lr={cfg.lr!r}{how}: the run was trained with {was!r} (its optimizer's "
         f"schedule); pass --train.lr {was} to resume it as it was trained, or start a new run (--out)"

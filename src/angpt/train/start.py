@@ -32,7 +32,8 @@ from angpt.checkpoint import RunState
 from angpt.errors import ConfigError, UserError
 from angpt.models import ModelConfig
 from angpt.train.config import RunConfig, resolve_model_config
-from angpt.train.resume import check_resume, recipe_used, resumed_dtype
+from angpt.train.resume import check_resume, recipe_used
+from angpt.train.step import resolve_dtype
 
 FRESH, RESUME, INIT_FROM = "fresh", "resume", "init_from"
 
@@ -52,13 +53,21 @@ class Start:
     notes: list[str] = field(default_factory=list)  # what resuming changes (a longer max_steps, say)
 
 
-def model_config(cfg: RunConfig, meta: dict | None, init_state: dict | None = None) -> tuple[ModelConfig, str]:
+def resumed_dtype(requested: str, state: RunState | None, device: torch.device) -> str:
+    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (its state's
+    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
+    recorded = state.compute_dtype if state is not None else None
+    if requested == "auto" and recorded in ("bf16", "fp32"):
+        return recorded
+    return resolve_dtype(requested, device)
+
+
+def model_config(cfg: RunConfig, meta: dict | None, init_model: ModelConfig | None = None) -> tuple[ModelConfig, str]:
     """The model a run of `cfg` builds, and where its config comes from: the checkpoint's for init_from (its
-    `init_state`, read once), else the preset plus overrides with the dataset's vocabulary (`meta`, None when the
+    `init_model`, read once), else the preset plus overrides with the dataset's vocabulary (`meta`, None when the
     data is not prepared yet)."""
     if cfg.init_from is not None:
-        state = init_state if init_state is not None else ckpt.validate_checkpoint(cfg.init_from, need_trainer=False)
-        mcfg = ckpt.model_config_of(state, cfg.init_from)
+        mcfg = init_model if init_model is not None else ckpt.read_weights_start(cfg.init_from)[1]
         if mcfg.arch != cfg.arch:
             raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
         return mcfg, f"checkpoint {cfg.init_from}"
@@ -97,35 +106,35 @@ def decide(
         for p in ckpt.clean_stale_tmp(out):
             print(f"removed {p}, left by an interrupted save", file=sys.stderr)
     found = ckpt.resolve_resume(out, cfg.resume)  # the checkpoint and its state.json, read once
-    init_state = ckpt.validate_checkpoint(cfg.init_from, need_trainer=False) if cfg.init_from is not None else None
-    mcfg, model_from = model_config(cfg, meta, init_state)
+    init_state, init_model = ckpt.read_weights_start(cfg.init_from) if cfg.init_from is not None else (None, None)
+    mcfg, model_from = model_config(cfg, meta, init_model)
+    state = RunState.from_dict(found[1]) if found is not None else init_state
+    dtype = resumed_dtype(cfg.train.dtype, state if found is not None else None, device)
+    recipe = (state.recipe if found is not None and state.recipe else None) or recipe_used(
+        cfg.arch, cfg.preset, cfg.train
+    )
     if found is not None:
-        resume_from, state = found[0], RunState.from_dict(found[1])
-        dtype = resumed_dtype(cfg.train.dtype, state, device)
+        resume_from = found[0]
         notes = check_resume(resume_from, state, cfg, mcfg, data_identity, dtype)
         if report:
             print(f"resuming from step {state.step} ({resume_from})", file=sys.stderr)
             for note in notes:
                 print(f"  {note}", file=sys.stderr)
-        recipe = state.recipe or recipe_used(cfg.arch, cfg.preset, cfg.train)
         run_id = state.run_id or ckpt.new_run_id()
         return Start(RESUME, mcfg, model_from, dtype, recipe, run_id, resume_from, state, notes)
     if out is not None and (out / "metrics.jsonl").exists() and not restart_unsaved:
-        found = ckpt.list_checkpoints(out)
-        if found:  # not resuming because --resume was not given, not because there is nothing to resume
+        found_ckpts = ckpt.list_checkpoints(out)
+        if found_ckpts:  # not resuming because --resume was not given, not because there is nothing to resume
             raise UserError(
-                f"{out} already holds a run (latest checkpoint {found[-1].name}); "
+                f"{out} already holds a run (latest checkpoint {found_ckpts[-1].name}); "
                 "pass --resume auto to continue it, or choose a new --out"
             )
         raise UserError(
             f"{out} already holds a run (metrics.jsonl) but no checkpoint to continue from; "
             "choose a new --out, or delete that folder to start over"
         )
-    dtype = resumed_dtype(cfg.train.dtype, None, device)
-    recipe = recipe_used(cfg.arch, cfg.preset, cfg.train)
     if cfg.init_from is not None:
         _check_tokenizer(cfg, data_identity)
-        state = RunState.from_dict(init_state or {})
         return Start(INIT_FROM, mcfg, model_from, dtype, recipe, ckpt.new_run_id(), Path(cfg.init_from), state)
     return Start(FRESH, mcfg, model_from, dtype, recipe, ckpt.new_run_id())
 
