@@ -86,7 +86,9 @@ def paired_p(report: dict, arm: str, baseline: str, budget: int) -> float:
     reference, and for reports written before they stored paired tests)."""
     from scipy import stats
 
-    a, b = report["arms"][arm]["budgets"][budget]["val_loss"], report["arms"][baseline]["budgets"][budget]["val_loss"]
+    from angpt.study.comparison.analyse import reported
+
+    a, b = (reported(report["arms"][label]["budgets"][budget]) for label in (arm, baseline))
     seeds = sorted(set(a) & set(b))
     return float(stats.ttest_rel([a[k] for k in seeds], [b[k] for k in seeds]).pvalue)
 

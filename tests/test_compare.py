@@ -301,7 +301,11 @@ def test_whole_comparison_writes_every_output(compared):
         assert sw["best_lr"] in [r["lr"] for r in sw["rows"]]
     angpt = data["arms"]["angpt"]
     assert [r["budget"] for r in angpt["budgets"]] == [2048, 4096]
-    assert all(r["n"] == 2 and r["val_loss_mean"] > 0 and r["val_bpb_mean"] > 0 for r in angpt["budgets"])
+    # the keys name the split the losses are on (this dataset has no test split: validation)
+    split = data["plan"]["report_split"]
+    assert all(r["n"] == 2 and r[f"{split}_loss_mean"] > 0 and r[f"{split}_bpb_mean"] > 0 for r in angpt["budgets"])
+    other = {"val": "test", "test": "val"}[split]
+    assert not any(f"{other}_loss_mean" in r or f"{other}_loss" in r for r in angpt["budgets"])
     assert all("rel_improvement_pct" in r and r["welch"] is not None for r in angpt["budgets"])
     sp = angpt["speedup"]
     assert sp["n_comparisons"] == 4 and set(sp["per_seed"]) == {"0", "1"}
@@ -379,7 +383,8 @@ def test_interrupted_run_is_resumed(data_dir, tmp_path, monkeypatch, compared):
     # The resumed run ends where an uninterrupted one does (the shared comparison ran the same config).
     big_plan, big_out, _ = compared
     same = json.loads((big_plan.run_dir(big_out, big_plan.arms[0], 2048, 0, 0.002) / "result.json").read_text())
-    assert report.arms["gpt+"]["budgets"][0]["val_loss"]["0"] == pytest.approx(same["val_loss"], rel=1e-5)
+    split = plan.report_split
+    assert report.arms["gpt+"]["budgets"][0][f"{split}_loss"]["0"] == pytest.approx(same[f"{split}_loss"], rel=1e-5)
 
 
 def test_parallel_jobs_give_the_same_runs(data_dir, tmp_path, compared):
@@ -388,7 +393,8 @@ def test_parallel_jobs_give_the_same_runs(data_dir, tmp_path, compared):
     assert len(report.trained) == 2 and (tmp_path / "par" / "report.md").is_file()
     big_plan, big_out, _ = compared
     same = json.loads((big_plan.run_dir(big_out, big_plan.arms[0], 2048, 0, 0.002) / "result.json").read_text())
-    assert report.arms["gpt+"]["budgets"][0]["val_loss"]["0"] == pytest.approx(same["val_loss"], rel=1e-5)
+    split = plan.report_split
+    assert report.arms["gpt+"]["budgets"][0][f"{split}_loss"]["0"] == pytest.approx(same[f"{split}_loss"], rel=1e-5)
 
 
 def test_dry_run_plans_and_estimates_without_writing(data_dir, tmp_path, capsys):
@@ -583,25 +589,27 @@ def test_an_interrupted_comparison_leaves_a_partial_report(cut):
         lr = plan.initial_grid(arm)[0]
         for b, s in [(2048, 0), (2048, 1), (4096, 0)]:
             rec = json.loads((plan.run_dir(out, arm, b, s, lr) / "result.json").read_text())
-            loss[arm.label, b, s] = rec["val_loss"]
+            loss[arm.label, b, s] = rec[f"{plan.report_split}_loss"]
             row = rows[arm.label, b, s]
-            assert (row["status"], row["val_loss"]) == ("finished", rec["val_loss"])
+            assert (row["status"], row["val_loss"]) == ("finished", rec["val_loss"])  # the runs listed: validation
             # without a tuning seed the first seed's sweep run at the smallest budget is also its main run
             assert row["role"] == ("sweep, main" if (b, s) == (2048, 0) else "main"), (b, s, row["role"])
             assert (
-                f"| {arm.label} | {b // 1024}Ki | {s} | {format_lr(lr)} | – | {row['role']} | {rec['val_loss']:.4f} |"
+                f"| {arm.label} | {b // 1024}Ki | {s} | {format_lr(lr)} | – | {row['role']} | {row['val_loss']:.4f} |"
                 in md
             )
-            assert data["arms"][arm.label]["budgets"][b // 2048 - 1]["val_loss"][str(s)] == rec["val_loss"]
+            split = plan.report_split
+            assert data["arms"][arm.label]["budgets"][b // 2048 - 1][f"{split}_loss"][str(s)] == rec[f"{split}_loss"]
         assert (rows[arm.label, 4096, 1]["status"], rows[arm.label, 4096, 1]["val_loss"]) == ("missing", None)
         assert f"| {arm.label} | 4Ki | 1 | {format_lr(lr)} | – | main | missing |" in md
         first, second = data["arms"][arm.label]["budgets"]
-        assert first["missing"] == [] and first["val_loss_mean"] == pytest.approx(
+        assert first["missing"] == [] and first[f"{plan.report_split}_loss_mean"] == pytest.approx(
             (loss[arm.label, 2048, 0] + loss[arm.label, 2048, 1]) / 2, rel=1e-12
         )
         # Seed 0 finished at 4Ki: listed, but no mean of one seed passes for the arm's loss there.
-        assert second["missing"] == [1] and second["val_loss_mean"] is None and second["n"] == 0
-        assert f"| {arm.label} | {format_lr(lr)} | {first['val_loss_mean']:.4f} ± " in md
+        mean_key = f"{plan.report_split}_loss_mean"
+        assert second["missing"] == [1] and second[mean_key] is None and second["n"] == 0
+        assert f"| {arm.label} | {format_lr(lr)} | {first[mean_key]:.4f} ± " in md
         assert "| missing (1 of 2 seeds) |" in md
     angpt = data["arms"]["angpt"]
     diff = [loss["angpt", 2048, s] - loss["gpt+", 2048, s] for s in (0, 1)]

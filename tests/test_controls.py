@@ -278,6 +278,7 @@ def test_frozen_alpha_run_resumes_exactly_and_keeps_alpha(data_dir, tmp_path):
 def test_a_checkpoint_written_before_the_controls_still_resumes():
     """A checkpoint's model config without the control fields (written before they existed) means them off: it
     resumes as the same model, and one with a control on is a different model."""
+    from angpt.checkpoint import RunState
     from angpt.errors import UserError
     from angpt.models.config import CONTROLS
     from angpt.train.config import RunConfig
@@ -286,7 +287,7 @@ def test_a_checkpoint_written_before_the_controls_still_resumes():
     cfg = RunConfig(arch="angpt", preset="tiny")
     mcfg = angpt.make_config("angpt", "tiny")
     old = {k: v for k, v in mcfg.to_dict().items() if k not in CONTROLS and k != "cos_tau_init"}
-    state = {"model_config": old, "run_config": cfg.to_dict()}
+    state = RunState.from_dict({"step": 2, "model_config": old, "run_config": cfg.to_dict()})
     assert check_resume("ckpt", state, cfg, mcfg, None) == []
     with pytest.raises(UserError, match="different model config"):
         check_resume("ckpt", state, cfg, angpt.make_config("angpt", "tiny", freeze_alpha=True), None)

@@ -47,7 +47,10 @@ def logits():
 
 
 def _numbers(report: dict) -> dict:
-    """What a comparison report measures: per arm and budget the losses, the chosen rate and the difference."""
+    """What a comparison report measures: per arm and budget the losses (under the key of their split, or val_loss in
+    a report written before keys said their split), the chosen rate and the difference."""
+    from angpt.study.comparison.analyse import reported
+
     out = {}
     for label, e in report["arms"].items():
         for row in e["budgets"]:
@@ -55,7 +58,7 @@ def _numbers(report: dict) -> dict:
             paired = d.get("paired") or {}
             out[(label, row["budget"])] = (
                 row["lr"],
-                row["val_loss"],
+                reported(row),
                 d.get("mean_diff"),
                 paired.get("p"),
                 paired.get("p_holm"),

@@ -64,11 +64,11 @@ def test_a_comparison_selects_on_the_tuning_seed_and_reports_the_test_split(thre
     data = json.loads((tmp_path / "cmp" / "report.json").read_text())
     for arm in ("gpt+", "angpt"):
         row = data["arms"][arm]["budgets"][0]
-        assert set(row["val_loss"]) == {"0", "1"}  # the tuning seed is not among the reported losses
+        assert set(row["test_loss"]) == {"0", "1"} and "val_loss" not in row  # the reported split's key; not tuning
         for seed in (0, 1):
             (run,) = (tmp_path / "cmp" / "runs" / plan.arm(arm).slug / "2048" / f"seed{seed}").iterdir()
             rec = json.loads((run / "result.json").read_text())
-            assert row["val_loss"][str(seed)] == rec["test_loss"] != rec["val_loss"]  # reported: the test split
+            assert row["test_loss"][str(seed)] == rec["test_loss"] != rec["val_loss"]  # reported: the test split
     md = (tmp_path / "cmp" / "report.md").read_text()
     assert "chosen on tuning seed 1000 (not reported) by validation loss" in md
     assert "reported losses: seeds 0, 1 on the test split" in md and "## Final test loss" in md

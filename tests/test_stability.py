@@ -265,6 +265,7 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     """anGPT's alpha_speed 5 came after checkpoints with alpha at nGPT's speed 1. Their model config has no
     alpha_speed: it must load at speed 1, so their stored alphas mean what they meant (at 5 the effective alphas
     would be 5x), and resuming one under today's defaults is refused, naming the field."""
+    from angpt.checkpoint import RunState
     from angpt.errors import UserError
     from angpt.models import ModelConfig, build_model, make_config, model_from_config
     from angpt.train.config import RunConfig
@@ -281,9 +282,8 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     assert torch.equal(loaded.blocks[0].alpha_A(), trained.blocks[0].alpha_A())
     cfg = RunConfig(arch="angpt", preset="tiny")
     with pytest.raises(UserError, match="alpha_speed"):
-        check_resume(
-            "ckpt", {"model_config": written, "run_config": cfg.to_dict()}, cfg, make_config("angpt", "tiny"), None
-        )
+        state = RunState(step=0, model_config=written, run_config=cfg.to_dict())
+        check_resume("ckpt", state, cfg, make_config("angpt", "tiny"), None)
 
 
 def test_angpt_alpha_starts_at_the_papers_001_and_steps_as_far_as_ngpts_alpha():

@@ -152,7 +152,7 @@ def register(spec: ArchSpec) -> ArchSpec:
     if unknown:
         raise ValueError(f"{spec.name}: config default {unknown[0]!r} is not an ARCH_DEFAULT field (models/config.py)")
     ARCHITECTURES[spec.name] = spec
-    ARCH_DEFAULTS[spec.name] = dict(spec.config)
+    ARCH_DEFAULTS[spec.name] = spec.config  # the entry's own dict: one place, whoever reads it
     return spec
 
 

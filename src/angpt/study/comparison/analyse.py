@@ -34,6 +34,13 @@ LEVEL_MARGIN = 0.02
 ALPHA = 0.05  # the family-wise error rate the Holm-adjusted p-values are read against
 
 
+def reported(row: dict[str, Any], what: str = "loss") -> Any:
+    """A budget row's reported `what` ("loss": the per-seed losses, "loss_mean", "loss_std", "bpb_mean", "bpb_std"):
+    under test_* in reports that measure on the test split, val_* in the others and in reports written before the
+    keys said their split (their val_* held the test loss where the report's split was test)."""
+    return row[f"test_{what}"] if f"test_{what}" in row else row[f"val_{what}"]
+
+
 def _finite(xs) -> list[float]:
     return [x for x in xs if x is not None and math.isfinite(x)]
 
@@ -180,6 +187,7 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
     """
     all_runs = runs
     runs = {label: _complete(r) for label, r in runs.items()}
+    split = plan.report_split
     base = runs[plan.baseline]
     base_step = median(base.step_times)
     arms: dict[str, Any] = {}
@@ -209,19 +217,20 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
                 "steps": plan.steps(b),
                 "lr": lr,
                 "setting": dict(setting),
-                "val_loss": {str(s): listed.final.get(b, {}).get(s) for s in plan.seeds},
+                # named by the split they hold (test, or val for a dataset without one): selection read val
+                f"{split}_loss": {str(s): listed.final.get(b, {}).get(s) for s in plan.seeds},
                 "missing": list(listed.missing.get(b, [])),
-                "val_loss_mean": mean(fin),
-                "val_loss_std": std(fin),
-                "val_bpb_mean": mean(bpbs),
-                "val_bpb_std": std(bpbs),
+                f"{split}_loss_mean": mean(fin),
+                f"{split}_loss_std": std(fin),
+                f"{split}_bpb_mean": mean(bpbs),
+                f"{split}_bpb_std": std(bpbs),
                 "n": len(fin),
                 "diverged": len(losses) - len(_finite(losses)),
             }
             if arm.label != plan.baseline:
                 bfin = _finite(base.final.get(b, {}).values())
                 bm = mean(bfin)
-                row["rel_improvement_pct"] = (bm - row["val_loss_mean"]) / bm * 100 if fin and bm else None
+                row["rel_improvement_pct"] = (bm - row[f"{split}_loss_mean"]) / bm * 100 if fin and bm else None
                 row["compared"] = not listed.missing.get(b) and not all_runs[plan.baseline].missing.get(b)
                 row["difference"] = _difference(plan, base, r, b) if row["compared"] else dict(_MISSING_DIFFERENCE)
                 row["welch"] = row["difference"]["welch"]
@@ -234,8 +243,8 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
         if arm.label != plan.baseline and r.lr is not None and base.lr is not None and complete:
             last = entry["budgets"][-1]
             diff = last["difference"]["mean_diff"]
-            if diff is None and last["val_loss_mean"] is not None and base.final.get(plan.budgets[-1]):
-                diff = last["val_loss_mean"] - (mean(_finite(base.final[plan.budgets[-1]].values())) or math.nan)
+            if diff is None and last[f"{split}_loss_mean"] is not None and base.final.get(plan.budgets[-1]):
+                diff = last[f"{split}_loss_mean"] - (mean(_finite(base.final[plan.budgets[-1]].values())) or math.nan)
             entry["speedup"] = _speedup_block(plan, base, r, diff)
         arms[arm.label] = entry
     return arms

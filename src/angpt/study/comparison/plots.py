@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from angpt.study.comparison.analyse import reported
 from angpt.study.comparison.collect import ArmRuns
 from angpt.study.plan import Plan
 from angpt.study.stats import std
@@ -92,9 +93,9 @@ def write_plots(
     plotted = []
     for label, e in arms.items():
         pts = [
-            (r["budget"], r["val_loss_mean"], r["val_loss_std"] or 0.0)
+            (r["budget"], reported(r, "loss_mean"), reported(r, "loss_std") or 0.0)
             for r in e["budgets"]
-            if r["val_loss_mean"] is not None
+            if reported(r, "loss_mean") is not None
         ]
         plotted += [p[1] for p in pts]
         if pts:
@@ -109,10 +110,10 @@ def write_plots(
     ax.set_xticklabels([format_tokens(b) for b in plan.budgets], rotation=30, ha="right", fontsize=8)
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("token budget (each a full run with its own schedule)")
-    reported = "test" if plan.report_split == "test" else "validation"
-    ax.set_ylabel(f"final {reported} loss")
+    split = "test" if plan.report_split == "test" else "validation"
+    ax.set_ylabel(f"final {split} loss")
     what = "mean ± std over seeds" if n_seeds > 1 else "one seed"
-    ax.set_title(f"final {reported} loss vs budget ({what})")
+    ax.set_title(f"final {split} loss vs budget ({what})")
     ax.grid(alpha=0.3, which="both")
     if plotted:
         ax.legend(fontsize=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from angpt.study.arms import format_setting
-from angpt.study.comparison.analyse import bounds_text, chosen_settings
+from angpt.study.comparison.analyse import bounds_text, chosen_settings, reported
 from angpt.study.plan import Plan
 from angpt.study.units import format_lr, format_tokens
 
@@ -139,19 +139,19 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     sep = "|---|---|" + "---|" * len(plan.budgets)
     n_seeds = len(plan.seeds)
     spread = "mean ± std over seeds" if n_seeds > 1 else "one seed"
-    reported = "test" if plan.report_split == "test" else "validation"
-    lines += ["", f"## Final {reported} loss (nats/token, {spread})", "", head, sep]
+    split = "test" if plan.report_split == "test" else "validation"
+    lines += ["", f"## Final {split} loss (nats/token, {spread})", "", head, sep]
     for label, e in arms.items():
         cells = []
         for r in e["budgets"]:
-            c = _missing(r, n_seeds) or _pm(r["val_loss_mean"], r["val_loss_std"])
+            c = _missing(r, n_seeds) or _pm(reported(r, "loss_mean"), reported(r, "loss_std"))
             if r["diverged"]:
                 c += f" ({r['diverged']} diverged)"
             cells.append(c)
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
-    lines += ["", f"## {reported.capitalize()} bits per byte ({spread})", "", head, sep]
+    lines += ["", f"## {split.capitalize()} bits per byte ({spread})", "", head, sep]
     for label, e in arms.items():
-        cells = [_missing(r, n_seeds) or _pm(r["val_bpb_mean"], r["val_bpb_std"], 4) for r in e["budgets"]]
+        cells = [_missing(r, n_seeds) or _pm(reported(r, "bpb_mean"), reported(r, "bpb_std"), 4) for r in e["budgets"]]
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
 
     tuned = [label for label, e in arms.items() if e.get("tune")]
