@@ -1,9 +1,12 @@
-"""Every figure the README's "Results so far" and RESULTS.md's headlines state is recomputed from the committed
-report it comes from (benchmarks/claims.yaml): prose and data cannot drift apart.
+"""Every figure the README, RESULTS.md and the docs state about a result is recomputed from the committed report it
+comes from (benchmarks/claims.yaml), and so is every verdict word: prose and data cannot drift apart.
 
-A claim is a sentence as it appears in a file, and the figures in it: each figure is the text shown, where its value
-comes from (a path into a report.json, or a Holm-adjusted p-value over a report's paired tests), and a tolerance.
-Editing a number in the prose, or a report, without the other fails here."""
+A claim is a sentence as it appears in a file, the figures in it and its verdicts. Each figure is the text shown,
+where its value comes from (a path into a report.json, or a Holm-adjusted p-value over a report's paired tests), and
+a tolerance. Each verdict is the word the report supports by docs/protocol.md's rules (see `supported`), recomputed
+here from the per-seed losses, and the part of the sentence that says it; a word the verdict does not allow
+("level", "significant", "faster", "behind", "does not regress", ...) anywhere in the sentence fails. Editing a
+number or a word in the prose, or a report, without the other fails here."""
 
 import json
 import math
@@ -60,6 +63,8 @@ def value_of(figure: dict) -> float:
         v = paired_p(report, **figure["paired_p"])
     elif "lr_checks_flagged" in figure:
         v = sum((e.get("lr_check") or {}).get("status") == "flagged" for e in report["arms"].values())
+    elif "holm_p" in figure:  # recomputed from the per-seed losses, for pairs the report did not test
+        v = adjusted(report, **figure["holm_p"])[3]
     elif "ladder" in figure:
         v = ladder_loss(report, **figure["ladder"])
     else:
@@ -76,9 +81,11 @@ def number(shown: str) -> float:
 
 
 def half_unit(shown: str) -> float:
-    """Half a unit of the last digit the figure shows: 0.005 for '0.21', 0.5 for '15'."""
+    """Half a unit of the last digit the figure shows: 0.005 for '0.21', 0.5 for '15', 0.00005 for '2.5e-4'."""
     digits = NUMBER.search(shown).group()
-    return 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0) + 1e-12
+    mantissa, _, exponent = digits.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** (int(exponent or 0) - decimals) + 1e-12
 
 
 def paired_p(report: dict, arm: str, baseline: str, budget: int) -> float:
@@ -123,15 +130,218 @@ def check(claim: dict, root: Path = ROOT) -> None:
         assert math.isclose(got, number(figure["shown"]), abs_tol=tol), (claim["id"], figure["shown"], got)
 
 
+# Verdicts (docs/protocol.md#verdict-words). The word a difference earns, from the arm's and the baseline's
+# per-seed final losses at one budget: fewer than three seeds is a screen whatever the numbers; a Holm-adjusted
+# paired p < 0.05 is "established" (the arm lower) or "behind" (higher); an interval inside +-0.02 nats is
+# "level"; anything else is "not distinguishable".
+LEVEL, ALPHA = 0.02, 0.05
+SCREENS = {1: "one-seed screen", 2: "two-seed screen"}
+VERDICTS = {"established", "behind", "level", "not distinguishable", *SCREENS.values()}
+
+# A word in a claim's sentence -> the verdicts that allow it. "not significant" and "not level" are no claims.
+WORDS = {
+    r"(?<!not )\blevel\b": {"level"},
+    r"does not regress|no regression|\bties?\b": {"level"},
+    r"\bestablished\b": {"established"},
+    r"(?<!not )(?:\bfaster\b|\bbeats?\b|speeds? up|\bahead\b)": {"established"},
+    r"(?<!not )\bsignificant(ly)?\b|\bmatters?\b": {"established", "behind"},
+    r"\bbehind\b": {"behind"},
+    r"\bcould not\b|\bcannot train\b": {"established", "behind"},
+}
+
+
+def supported(n: int, ci: tuple[float, float], mean_diff: float, p_adjusted: float) -> str:
+    """The verdict a paired difference (arm - baseline, lower is better) supports."""
+    if n < 3:
+        return SCREENS[n]
+    if p_adjusted < ALPHA:
+        return "established" if mean_diff < 0 else "behind"
+    if -LEVEL < ci[0] and ci[1] < LEVEL:
+        return "level"
+    return "not distinguishable"
+
+
+def paired(a: dict, b: dict) -> tuple[int, tuple[float, float], float, float]:
+    """n, 95% interval, mean and p of the paired difference a - b over the seeds both finished, by scipy."""
+    from scipy import stats
+
+    seeds = sorted(k for k in set(a) & set(b) if a[k] is not None and b[k] is not None)
+    diffs = [a[k] - b[k] for k in seeds if math.isfinite(a[k]) and math.isfinite(b[k])]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    if n < 2:
+        return n, (mean, mean), mean, float("nan")
+    test = stats.ttest_rel(diffs, [0.0] * n)
+    half = stats.t.ppf(0.975, n - 1) * stats.tstd(diffs) / math.sqrt(n)
+    return n, (mean - half, mean + half), mean, float(test.pvalue)
+
+
+def adjusted(report: dict, arm: str, budget: int, baseline: str | None = None) -> tuple[int, tuple, float, float]:
+    """n, 95% interval, mean and Holm-adjusted p of `arm` against the report's baseline (or `baseline`) at a budget
+    index, adjusted over every arm against the baseline at every budget of the report (the family the report
+    corrects over), plus this test where it compares another pair."""
+    from angpt.study.comparison.analyse import reported
+
+    base, own = baseline or report["baseline"], report["baseline"]
+    family = {}
+    for label, entry in report["arms"].items():
+        if label == own:
+            continue
+        for i, row in enumerate(entry["budgets"]):
+            n, ci, mean, p = paired(reported(row), reported(report["arms"][own]["budgets"][i]))
+            if n >= 2:
+                family[(label, own, i)] = (n, ci, mean, p)
+    key = (arm, base, budget % len(report["arms"][arm]["budgets"]))
+    if key not in family:  # another pair than the report's own tests (another baseline): one test more in the family
+        family[key] = paired(*(reported(report["arms"][x]["budgets"][key[2]]) for x in (arm, base)))
+        if family[key][0] < 2:
+            return family[key]
+    keys = list(family)
+    n, ci, mean, _ = family[key]
+    return n, ci, mean, dict(zip(keys, holm([family[k][3] for k in keys])))[key]
+
+
+def report_verdict(report: dict, arm: str, budget: int, baseline: str | None = None) -> str:
+    """The verdict of `arm` against the baseline at a budget index (`adjusted`)."""
+    return supported(*adjusted(report, arm, budget, baseline))
+
+
+def verdict_of(v: dict, claim: dict) -> str:
+    """The verdict a claim's entry `v` is owed: from a comparison report's per-seed losses (`arm`, `budget`), from a
+    single paired test the report stores (`difference`: its path), or, for runs that are no comparison (a GPU kit's
+    first steps, one timing), a screen of the seeds it declares (`seeds`, at most two)."""
+    if "seeds" in v:
+        assert v["seeds"] in SCREENS, (claim["id"], "a claim over three or more seeds needs its test computed")
+        return SCREENS[v["seeds"]]
+    report = load_report(ROOT / v.get("report", claim["figures"][0]["report"]))
+    if "difference" in v:
+        d = resolve(report, v["difference"])
+        return supported(d["n"], tuple(d["ci95"]), d["mean_diff"], d.get("p_holm", d["p"]))
+    return report_verdict(report, v["arm"], v["budget"], v.get("baseline"))
+
+
+def words_allowed(text: str, allowed: set[str]) -> list[str]:
+    """The verdict words in `text` that none of the `allowed` verdicts permits."""
+    return [m.group() for pattern, ok in WORDS.items() if not ok & allowed for m in re.finditer(pattern, text, re.I)]
+
+
+def sentences_around(text: str, part: str) -> str:
+    """The whole sentences of `text` (one paragraph, list item or table row, whitespace joined) that `part` touches."""
+    i = text.index(part)
+    ends = [m.end() for m in re.finditer(r"[.!?](?=\s+[A-Z*(`\[])", text)]
+    start = max([e for e in ends if e <= i], default=0)
+    stop = min([e for e in ends if e >= i + len(part)], default=len(text))
+    return text[start:stop]
+
+
+def blocks(path: Path) -> list[str]:
+    """A markdown file's paragraphs, list items and table rows, each with its line breaks joined."""
+    out, cur = [], []
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith(("- ", "|", "#")):
+            out.append(" ".join(cur))
+            cur = []
+        if line.lstrip().startswith(("|", "#")):
+            out.append(line.strip())
+        elif line.strip():
+            cur.append(line.strip())
+    out.append(" ".join(cur))
+    return [" ".join(b.split()) for b in out if b.strip()]
+
+
+def check_words(claim: dict, root: Path = ROOT) -> None:
+    """AssertionError unless each verdict is what its report supports, each is said where the claim says it, and no
+    sentence of the claim uses a word its verdicts do not allow (a part's own words: its own verdict only)."""
+    verdicts = claim.get("verdicts")
+    assert verdicts, f"{claim['id']}: a claim carries its verdict (docs/protocol.md#verdict-words)"
+    owed = []
+    for v in verdicts:
+        assert v["word"] in VERDICTS, (claim["id"], v["word"])
+        got = verdict_of(v, claim)
+        assert got == v["word"], f"{claim['id']}: {v['says']!r} is {got!r} by its report, not {v['word']!r}"
+        assert v["says"] in claim["text"], (claim["id"], v["says"])
+        bad = words_allowed(v["says"], {v["word"]})
+        assert not bad, f"{claim['id']}: {bad} in {v['says']!r}, which is {v['word']!r}"
+        owed.append(v["word"])
+    for file in claim["files"]:
+        paragraph = next((b for b in blocks(root / file) if claim["text"] in b), None)
+        assert paragraph is not None, f"{file} no longer says: {claim['text']!r}"
+        around = sentences_around(paragraph, claim["text"])
+        for v in verdicts:
+            around = around.replace(v["says"], " ")
+        bad = words_allowed(around, set(owed))
+        assert not bad, f"{claim['id']}: {bad} in the sentence of {claim['text']!r} ({file}), which is {owed}"
+
+
 @pytest.mark.parametrize("claim", CLAIMS, ids=[c["id"] for c in CLAIMS])
 def test_claim_matches_its_report(claim):
     check(claim)
 
 
+@pytest.mark.parametrize("claim", CLAIMS, ids=[c["id"] for c in CLAIMS])
+def test_claim_words_match_their_verdict(claim):
+    check_words(claim)
+
+
+OVERCLAIMS = yaml.safe_load((ROOT / "tests" / "fixtures" / "overclaims.yaml").read_text())
+
+
+@pytest.mark.parametrize("old", OVERCLAIMS, ids=[f"{o['claim']}:{o.get('word') or o['figure']}" for o in OVERCLAIMS])
+def test_the_sentences_the_audit_found_fail(old, tmp_path):
+    """Each sentence the audit of 2026-11-26 found saying more than its numbers (issue 39), as it was written, fails
+    the check of the claim that now says it: its verdict word (`word`) or a figure it showed (`figure`, where the
+    claim now shows `replaces`). The claim as written today passes both checks."""
+    claim = next(c for c in CLAIMS if c["id"] == old["claim"])
+    check(claim)
+    check_words(claim)
+    (tmp_path / "prose.md").write_text(old["was"])
+    wrong = {**claim, "files": ["prose.md"], "text": old["was"]}
+    if "word" in old:
+        wrong["verdicts"] = [{**v, "says": old["was"]} for v in claim["verdicts"] if v["says"] == old["says"]]
+        assert wrong["verdicts"], old
+        with pytest.raises(AssertionError, match=re.escape(repr(old["word"]))):
+            check_words(wrong, tmp_path)
+    else:
+        assert old["figure"] in old["was"]
+        figures = [{**f, "shown": old["figure"]} for f in claim["figures"] if f["shown"] == old["replaces"]]
+        assert figures, old
+        with pytest.raises(AssertionError, match=re.escape(old["figure"])):
+            check({**wrong, "figures": figures}, tmp_path)
+
+
+def test_a_word_beside_the_claim_in_its_sentence_fails(tmp_path):
+    """The whole sentence is checked, not only the claim's text: "level" added after a not-distinguishable claim, in
+    the same sentence, fails; in the next sentence it is another claim's business."""
+    claim = next(c for c in CLAIMS if c["id"] == "oc-controls")
+    check_words(claim)
+    same, next_one = claim["text"][:-1] + ", and both are level.", claim["text"] + " Both are level."
+    for prose, fails in ((same, True), (next_one, False)):
+        (tmp_path / "prose.md").write_text(prose)
+        moved = {**claim, "files": ["prose.md"]}
+        if fails:
+            moved["text"] = claim["text"][:-1]
+            with pytest.raises(AssertionError, match="'level'"):
+                check_words(moved, tmp_path)
+        else:
+            check_words(moved, tmp_path)
+
+
+def test_verdict_rules():
+    """The rules themselves, on made-up differences: the seed count first, then Holm, then the +-0.02 interval."""
+    assert supported(2, (-0.01, 0.01), 0.0, 0.9) == "two-seed screen"  # a tight interval is no level on 2 seeds
+    assert supported(3, (-0.019, 0.019), 0.0, 0.9) == "level"
+    assert supported(3, (-0.030, 0.021), -0.0045, 0.53) == "not distinguishable"  # README's old "level"
+    assert supported(5, (0.034, 0.085), 0.06, 0.046) == "behind"
+    assert supported(5, (-0.3, -0.1), -0.2, 0.01) == "established"
+    assert supported(3, (-0.04, -0.01), -0.025, 0.30) == "not distinguishable"  # p 0.02 unadjusted, 0.30 after Holm
+    assert words_allowed("both significant, and level at 1,024", {"not distinguishable"}) == ["level", "significant"]
+    assert words_allowed("not significant after Holm", {"not distinguishable"}) == []
+
+
 def test_a_changed_figure_fails(tmp_path):
     """The check itself: the first figure of every claim changed by one in its last digit, in the prose and in the
     claim alike, no longer matches its report."""
-    for claim in CLAIMS:
+    for claim in (c for c in CLAIMS if c["figures"]):
         figure = claim["figures"][0]
         shown = figure["shown"]
         digits = [i for i, ch in enumerate(shown) if ch.isdigit()]
