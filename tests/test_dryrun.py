@@ -67,7 +67,8 @@ def test_recipes_doc_states_each_paper_recipes_rate():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_shipped_recipe_dry_runs_offline_fast_with_the_true_parameter_count(path, capsys):
-    where = ["--dry-run-gpus", "1", "--dry-run-gpu", "cpu"] if path.parent.name == "configs" else []  # demos: CPU
+    cpu = ["--dry-run-gpu", "cpu", "--dry-run-mfu", "0.1"]  # the MFU measured on the CPU takes a second: not here
+    where = cpu if path.parent.name == "configs" else ["--dry-run-gpu", "H100"]  # demos: CPU
     dry_run(capsys, "--config", path, *where)  # warm-up: a process's first meta build loads torch's meta kernels
     start = time.perf_counter()
     rc, out, err = dry_run(capsys, "--config", path, *where)
@@ -120,13 +121,14 @@ def test_memory_estimate_is_monotone():
 
 
 def test_memory_warning_fires_for_a_config_that_cannot_fit(capsys):
-    rc, out, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", "32")
+    h100 = ["--dry-run-gpu", "H100"]
+    rc, out, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", "32", *h100)
     assert rc == 0 and "total" in out
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("angpt train: warning: estimated") and "H100's 80.0 GB" in lines[0]
     suggested = re.search(r"--train\.micro_batch (\d+)", lines[0]).group(1)
     assert "--dist fsdp" in lines[0] and "--train.activation_checkpointing true" in lines[0]
-    rc, _, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", suggested)
+    rc, _, err = dry_run(capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", suggested, *h100)
     assert rc == 0 and err == ""  # the suggestion fits
     rc, _, err = dry_run(
         capsys, "--config", PAPER / "gptplus-0.5B.yaml", "--train.micro_batch", "32", "--dry-run-gpu", "B200"
@@ -332,3 +334,33 @@ def test_each_paper_recipes_rate_is_its_architectures_default_at_its_size():
     for path in PAPER.glob("*.yaml"):
         cfg = load_run_config(path)
         assert cfg.train.lr == registry.get(cfg.arch).recipe.lr_for(cfg.preset), path.name
+
+
+def test_a_bare_dry_run_plans_this_machine_at_its_measured_rate(capsys, monkeypatch):
+    """`angpt train --config configs/demo-angpt.yaml --dry-run`, nothing else, plans for the machine it runs on (here
+    a CPU: one process) at the MFU measured on a block of the model, not 8 GPUs at an assumed 40% (issue 39: it failed
+    on the demo recipe, 8,192 tokens not being a multiple of 8 x 16 x 256, and on a laptop predicted 19 minutes for
+    runs of hours). A named GPU keeps its assumed 0.4 and 8 of them."""
+    from angpt.train import dryrun
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc, out, err = dry_run(capsys, "--config", ROOT / "configs" / "demo-angpt.yaml")
+    assert rc == 0 and err == "", err
+    assert "one process" in out and "1 GPU(s) x micro_batch 16" in out
+    mfu = float(re.search(r"MFU ([\d.e-]+) \(measured on one block of this model on this CPU\)", out).group(1))
+    assert 0 < mfu < 1
+    named = plan_run(load_run_config(ROOT / "configs" / "demo-angpt.yaml", {"train.batch_tokens": 32768}), gpu="H100")
+    assert (named.gpus, named.mfu, named.mfu_source) == (8, dryrun.ASSUMED_GPU_MFU, "assumed")
+
+
+def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
+    """measured_cpu_mfu divides the block's counted training FLOPs by its best time and the peak: with the clock
+    stubbed to 1 s a pass, it is flops_per_token(t) x t / peak."""
+    from angpt.train import dryrun
+
+    mcfg = make_config("gpt+", "tiny")
+    ticks = iter(range(100))
+    monkeypatch.setattr(dryrun.time, "perf_counter", lambda: float(next(ticks)))
+    one = model_from_config(ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64}))
+    t = min(mcfg.context_length, 128)
+    assert dryrun.measured_cpu_mfu(mcfg, 1024, "fp32", peak=1e12) == pytest.approx(one.flops_per_token(t) * t / 1e12)

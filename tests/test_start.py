@@ -31,7 +31,8 @@ def test_resume_and_init_from_together_are_refused_in_one_line(stopped, capsys):
         rc = run_cli(*args, "--out", out, "--resume", "auto", "--init_from", ckpt_dir, *extra)
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1, err
-        assert "--resume auto and --init_from" in err[0] and "give one" in err[0]
+        assert "--resume auto continues the run in" in err[0] and "which started fresh" in err[0], err
+        assert "give one" in err[0]
 
 
 def test_a_resume_reads_state_json_once(stopped, monkeypatch):
@@ -104,3 +105,58 @@ def test_a_checkpoints_state_reads_and_writes_back_its_keys():
     assert state.step == 2 and state.data == raw["data"] and state.compute_dtype == raw["compute_dtype"]
     assert state.recipe == raw["recipe"] and state.run_id == raw["run_id"]
     assert state.to_dict() == raw
+
+
+def test_a_resume_takes_the_runs_stored_settings(data_dir, tmp_path, capsys):
+    """`--out X --resume auto` alone continues the run with the settings it was started with (issue 39: every
+    override had to be typed again, and a half-retyped set failed: batch 2,048 with the old micro-batch). A flag given
+    explicitly overrides its stored value and is checked as before; the per-invocation stop_at is not inherited."""
+    out = tmp_path / "run"
+    started = ["--arch", "gpt+", "--data", data_dir, *TINY, "--train.micro_batch", "2", "--train.lr", "0.003"]
+    first = ["--out", out, "--train.max_steps", "4", "--train.save_every", "0", "--train.stop_at", "2"]
+    assert run_cli(*started, *first) == 0
+    capsys.readouterr()
+    assert run_cli("--out", out, "--resume", "auto") == 0  # nothing retyped: no data, no arch, no batch geometry
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in rows if "step" in r) == 4  # ran to the stored max_steps, not stopped at 2 again
+    run = json.loads((out / "config.json").read_text())["run"]
+    assert (run["arch"], run["train"]["micro_batch"], run["train"]["lr"]) == ("gpt+", 2, 0.003)
+    assert run["train"]["stop_at"] is None
+    assert run_cli("--out", out, "--resume", "auto", "--train.max_steps", "6") == 0  # an explicit flag applies
+    assert json.loads((out / "config.json").read_text())["run"]["train"]["max_steps"] == 6
+    capsys.readouterr()
+    assert run_cli("--out", out, "--resume", "auto", "--train.lr", "0.001") == 2  # and is checked as before
+    assert "train.lr=0.001" in capsys.readouterr().err
+
+
+def test_a_runs_config_json_is_a_recipe(stopped, tmp_path, capsys):
+    """`--config runs/x/config.json` starts a new run with that run's settings (it was refused: unknown key 'run'),
+    not with its --resume or stop_at."""
+    from angpt.train.config import load_run_config
+
+    out, _ = stopped
+    cfg = load_run_config(out / "config.json", [("out", str(tmp_path / "again"))])
+    stored = json.loads((out / "config.json").read_text())["run"]
+    assert (cfg.arch, cfg.train.batch_tokens, cfg.train.max_steps) == ("gpt+", stored["train"]["batch_tokens"], 4)
+    assert cfg.train.stop_at is None and cfg.resume is None
+
+
+def test_a_run_started_from_other_weights_resumes_with_or_without_repeating_them(stopped, data_dir, tmp_path, capsys):
+    """The same command again with --resume auto continues a run started --init_from X (the weights it started from
+    are the run's, not a second start); so does --resume auto alone, from the stored settings. Other weights than
+    the run started from are refused in one line."""
+    source, _ = stopped
+    weights = ckpt.list_checkpoints(source)[-1]
+    out = tmp_path / "from"
+    cmd = ["--arch", "gpt+", "--init_from", weights, "--data", data_dir, *TINY, "--train.max_steps", "4"]
+    cmd += ["--out", out, "--train.save_every", "0"]
+    assert run_cli(*cmd, "--train.stop_at", "1") == 0
+    assert run_cli(*cmd, "--resume", "auto", "--train.stop_at", "2") == 0
+    assert run_cli("--out", out, "--resume", "auto") == 0
+    assert max(json.loads(x).get("step", 0) for x in (out / "metrics.jsonl").read_text().splitlines()) == 4
+    capsys.readouterr()
+    other = tmp_path / "elsewhere"
+    shutil.copytree(weights, other)
+    assert run_cli("--out", out, "--resume", "auto", "--init_from", other) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"which started from {weights}" in err[0], err

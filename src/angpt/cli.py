@@ -91,8 +91,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------- train
 def run_config_from_args(args: argparse.Namespace):
-    """The run config `angpt train`'s flags describe: the recipe, then the named flags, then --section.key values."""
+    """The run config `angpt train`'s flags describe: a resumed run's stored settings, then the recipe, then the named
+    flags, then --section.key values."""
     from angpt.train.config import load_run_config, parse_overrides
+    from angpt.train.start import resumed_settings
 
     overrides = []
     for key in ("arch", "preset", "data", "out", "dist", "resume"):
@@ -102,7 +104,8 @@ def run_config_from_args(args: argparse.Namespace):
     if args.device is not None:
         overrides.append(("train.device", args.device))
     overrides += parse_overrides(args.extra)
-    return load_run_config(args.config, overrides)
+    out = dict(overrides).get("out")
+    return load_run_config(args.config, overrides, base=resumed_settings(out, args.resume))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -392,9 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print parameters, FLOPs, memory per GPU and time for this config, then exit (no GPU, data or memory)",
     )
-    s.add_argument("--dry-run-gpus", type=int, default=8, metavar="N", help="GPUs to plan for (default 8)")
-    s.add_argument("--dry-run-gpu", default="H100", help="A100 | H100 | H200 | B200 | cpu (measured; default H100)")
-    s.add_argument("--dry-run-mfu", type=float, default=0.4, help="assumed model FLOPs utilisation (default 0.4)")
+    s.add_argument(
+        "--dry-run-gpus", type=int, default=None, metavar="N", help="GPUs to plan for (default: this machine's; 8 "
+        "for a named GPU, one process for the CPU)"
+    )  # fmt: skip
+    s.add_argument(
+        "--dry-run-gpu", default=None, help="A100 | H100 | H200 | B200 | cpu (default: this machine: its GPUs, else "
+        "this CPU, measured)"
+    )  # fmt: skip
+    s.add_argument(
+        "--dry-run-mfu", type=float, default=None, help="model FLOPs utilisation (default: 0.4 on a GPU, assumed; on "
+        "the CPU, measured on a block of the model)"
+    )  # fmt: skip
     s.set_defaults(func=cmd_train, accepts_extra=True)
 
     s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)

@@ -256,27 +256,55 @@ def parse_value(key: str, text: str) -> Any:
     return value
 
 
-def load_run_config(path: str | Path | None = None, overrides: list[tuple[str, Any]] | dict | None = None) -> RunConfig:
-    """Read a YAML recipe (optional) and apply overrides; validate everything."""
+# Settings that belong to one invocation, not to a run: a resume does not take them from the run's stored settings.
+PER_INVOCATION = ("resume", "train.stop_at")
+
+
+def flatten(run: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A run config's dict (`RunConfig.to_dict()`, a run's config.json "run") as dotted keys (train.lr, model.d)."""
+    flat = []
+    for k, v in run.items():
+        if k in ("train", "model") and isinstance(v, dict):
+            flat += [(f"{k}.{kk}", vv) for kk, vv in v.items()]
+        else:
+            flat.append((k, v))
+    return flat
+
+
+def stored_settings(run: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A stored run's settings for its resume: every key this version knows, less the per-invocation ones (an old
+    run's key that no longer exists is dropped; a resume's check still compares the fields that matter)."""
+    return [
+        (k, v)
+        for k, v in flatten(run)
+        if k not in PER_INVOCATION and (k.startswith("model.") or _field_type(k) is not None)
+    ]
+
+
+def load_run_config(
+    path: str | Path | None = None,
+    overrides: list[tuple[str, Any]] | dict | None = None,
+    base: list[tuple[str, Any]] | None = None,
+) -> RunConfig:
+    """Read a YAML recipe (optional) and apply overrides; validate everything. `base` (a resumed run's stored
+    settings) comes first, the recipe over it, the overrides last. A run's own config.json is a recipe too: its
+    "run" section is read (`angpt train --config runs/x/config.json`)."""
     tree: dict[str, Any] = {}
+    for k, v in base or []:
+        _set(tree, k, v)
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            tree = load_yaml(p.read_text()) or {}
+            read = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from e
-        if not isinstance(tree, dict):
+        if not isinstance(read, dict):
             raise ConfigError(f"{p} must hold a mapping of config keys")
-        flat: list[tuple[str, Any]] = []
-        for k, v in tree.items():
-            if k in ("train", "model") and isinstance(v, dict):
-                flat += [(f"{k}.{kk}", vv) for kk, vv in v.items()]
-            else:
-                flat.append((k, v))
-        tree = {}
-        for k, v in flat:
+        if isinstance(read.get("run"), dict) and "model" in read:  # a run folder's config.json
+            read = {k: v for k, v in flatten(read["run"]) if k not in PER_INVOCATION}
+        for k, v in flatten(read):
             _set(tree, k, v)
     items = overrides.items() if isinstance(overrides, dict) else (overrides or [])
     for k, v in items:

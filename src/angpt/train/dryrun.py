@@ -2,12 +2,15 @@
 
 `plan_run(cfg, gpus, gpu, mfu)` builds the model on the meta device (shapes only, so a 1B model is instant),
 then reports its parameters, training FLOPs per token, the batch geometry, an estimate of the memory per GPU with
-and without activation checkpointing, and the time per step and per run at an assumed MFU. The estimates and
-their sources are documented in docs/recipes.md#what-a-dry-run-estimates.
+and without activation checkpointing, and the time per step and per run. By default it plans for the machine it
+runs on (its GPUs, else this CPU, :func:`this_machine`): on a GPU at an assumed MFU of 0.4, on a CPU at the MFU
+measured on one block of the model itself (:func:`measured_cpu_mfu`; laptops reach a few percent, not 40%). The
+estimates and their sources are documented in docs/recipes.md#what-a-dry-run-estimates.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +66,7 @@ class DryRunReport:
     memory: Memory
     gpu: Accelerator  # for "cpu": this machine, with the measured matmul peak and its RAM
     mfu: float
+    mfu_source: str  # "assumed" or how it was measured
     step_time: float  # seconds
     warning: str | None  # set when the estimate does not fit the GPU: what to change
     checkpointing: bool = False  # the run recomputes each block in backward (train.activation_checkpointing)
@@ -83,12 +87,38 @@ class DryRunReport:
         return self.steps * self.step_time
 
 
-def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4) -> DryRunReport:
+ASSUMED_GPU_MFU = 0.4
+
+
+def this_machine() -> tuple[int, str]:
+    """What a bare --dry-run plans for: the GPUs of this machine (their count, and their kind by name), else its CPU
+    as one process."""
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        kind = next((k for k in sorted(ACCELERATORS, key=len, reverse=True) if k.lower() in name.lower()), None)
+        if kind is None:
+            choices = " | ".join(GPU_CHOICES)
+            raise ConfigError(f"this machine's GPU ({name}) is not in the table; pass --dry-run-gpu {choices}")
+        return torch.cuda.device_count(), kind
+    return 1, "cpu"
+
+
+def plan_run(
+    cfg: RunConfig, gpus: int | None = None, gpu: str | None = "H100", mfu: float | None = None
+) -> DryRunReport:
     """Plan `cfg` on `gpus` accelerators of kind `gpu` (A100 | H100 | H200 | B200 | cpu) at model FLOPs
-    utilisation `mfu`. Nothing is allocated, no data is read; ConfigError on bad input (exit 2 in the CLI)."""
+    utilisation `mfu`. `gpu` None is this machine (:func:`this_machine`), `gpus` None its count (8 for a named GPU,
+    one process for the CPU); `mfu` None is 0.4 on a GPU, assumed, and on the CPU the one measured on a block of
+    this model. Nothing is allocated, no data is read; ConfigError on bad input (exit 2 in the CLI)."""
+    if gpu is None:
+        here, gpu = this_machine()
+        gpus = here if gpus is None else gpus
+    if gpus is None:
+        gpus = 1 if gpu.lower() == "cpu" else 8
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError(f"--dry-run-gpus {gpus!r} must be a positive integer (the number of GPUs)")
-    if not 0 < mfu <= 1:
+    mfu_source = "given"
+    if mfu is not None and not 0 < mfu <= 1:
         raise ConfigError(f"--dry-run-mfu {mfu!r} must be in (0, 1], e.g. 0.4")
     try:
         device = accelerator(gpu) if gpu.lower() != "cpu" else None
@@ -118,8 +148,12 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
             f"; fp32: {measured['fp32'] / 1e9:.3g} GFLOP/s" if dtype != "fp32" else ""
         )
         device = Accelerator("cpu", measured[dtype], cpu_memory(), source)
+        if mfu is None:
+            mfu, mfu_source = measured_cpu_mfu(mcfg, T, dtype, device.peak_flops), MEASURED
     else:
         dtype = "fp32" if tc.dtype == "fp32" else "bf16"
+    if mfu is None:
+        mfu, mfu_source = ASSUMED_GPU_MFU, "assumed"
     dist = cfg.dist if gpus > 1 else "single"
     memory = estimate_memory(model, T, tc.micro_batch, gpus, dist, dtype, tc.fused_loss)
     flops = model.flops_per_token(T)
@@ -143,6 +177,7 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
         memory=memory,
         gpu=device,
         mfu=mfu,
+        mfu_source=mfu_source,
         step_time=flops * tc.batch_tokens / (gpus * device.peak_flops * mfu),
         warning=None,
         checkpointing=tc.activation_checkpointing,
@@ -151,6 +186,31 @@ def plan_run(cfg: RunConfig, gpus: int = 8, gpu: str = "H100", mfu: float = 0.4)
     )
     report.warning = _fit_advice(report, model)
     return report
+
+
+MEASURED = "measured on one block of this model on this CPU"
+
+
+def measured_cpu_mfu(mcfg: ModelConfig, seq_len: int, dtype: str, peak: float, reps: int = 3) -> float:
+    """The MFU this CPU reaches on the run's own shapes: one layer of the model (its width, heads and MLP; a
+    64-token vocabulary, so the embedding and head cost nothing), forward and backward over one sequence of up to
+    128 tokens, the best of `reps` after a warm-up, against the measured matmul `peak`. A block, not the whole
+    model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak, so the whole
+    model does a little better (docs/recipes.md#what-a-dry-run-estimates)."""
+    one = ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64})
+    model = model_from_config(one)
+    t = min(seq_len, one.context_length, 128)
+    x = torch.randint(0, 64, (1, t + 1), generator=torch.Generator().manual_seed(0))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+    best = float("inf")
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        with autocast:
+            loss = model(x[:, :-1], x[:, 1:])[1]
+        loss.backward()
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return min(1.0, model.flops_per_token(t) * t / best / peak)
 
 
 def _optimizer_summary(cfg: RunConfig) -> str:
@@ -309,7 +369,8 @@ def format_report(r: DryRunReport) -> str:
         f"   {_gb(m.activations_ckpt)} with activation checkpointing",
         f"                 total                               {_gb(m.total):>9}"
         f"   {_gb(m.total_ckpt)} with activation checkpointing   ({r.gpu.name}: {_gb(r.gpu.memory)})",
-        f"  time         {r.gpu.name} at {peak}, MFU {r.mfu:g}: {r.step_time:.3g} s/step, {per_run} per run",
+        f"  time         {r.gpu.name} at {peak}, MFU {r.mfu:.2g} ({r.mfu_source}): {r.step_time:.3g} s/step, "
+        f"{per_run} per run",
     ]
     return "\n".join(lines)
 

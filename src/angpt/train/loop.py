@@ -119,7 +119,7 @@ class Trainer:
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
         self.start = start.decide(
             cfg, self.meta, info.device, self.data_identity, clean=info.is_main, restart_unsaved=restart_unsaved,
-            report=info.is_main,
+            report=False,
         )  # fmt: skip
         self.mcfg, self.dtype, self.recipe, self.run_id = (
             self.start.model,
@@ -175,6 +175,8 @@ class Trainer:
         self.watch = self._residual_watch()
         self._restore()
         if info.is_main:
+            if self.start.mode == start.RESUME:  # said once the checkpoint is back, not before a later refusal
+                start.resuming(self.start)
             for note in self._data_notes():
                 print(f"warning: {note}", file=sys.stderr)
         self.step_fn = TrainStep(

@@ -13,13 +13,19 @@ recipe it takes and the id its checkpoints carry:
   the caller asks to restart one that crashed before its first checkpoint (`restart_unsaved`: a study re-running a
   run it owns).
 
-``--resume`` together with ``--init_from`` is refused in one line, as litgpt refuses resuming and an initial
+A resume takes the run's stored settings (its folder's config.json): flags given explicitly override them and are
+checked like any other change, so ``angpt train --out runs/x --resume auto`` continues the run as it was started
+(:func:`resumed_settings`).
+
+``--resume`` together with ``--init_from`` continues a run only if it started from those same weights (the same
+command again, with --resume auto); otherwise it is refused in one line, as litgpt refuses resuming and an initial
 checkpoint together: the model would come from one and the weights from the other. The dry run makes the same
 decision without touching the folder (`clean=False`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +37,7 @@ from angpt import checkpoint as ckpt
 from angpt.checkpoint import RunState
 from angpt.errors import ConfigError, UserError
 from angpt.models import ModelConfig
-from angpt.train.config import RunConfig, resolve_model_config
+from angpt.train.config import RunConfig, resolve_model_config, stored_settings
 from angpt.train.resume import check_resume, recipe_used
 from angpt.train.step import resolve_dtype
 
@@ -51,6 +57,23 @@ class Start:
     checkpoint: Path | None = None  # RESUME: the checkpoint; INIT_FROM: the weights
     state: RunState | None = None  # RESUME, INIT_FROM: the checkpoint's state, read once
     notes: list[str] = field(default_factory=list)  # what resuming changes (a longer max_steps, say)
+
+
+def resumed_settings(out: str | Path | None, resume: str | None) -> list[tuple[str, Any]] | None:
+    """The settings a resume starts from: the run's own, as its folder's config.json recorded them when it last
+    started (less what belongs to one invocation: --resume and train.stop_at; a run started --init_from keeps it, its
+    model came from there). None when there is nothing to resume from (no --resume, no --out, or a folder without a
+    run yet)."""
+    if resume is None or out is None:
+        return None
+    path = Path(out) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        run = json.loads(path.read_text())["run"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UserError(f"{path} is not a run's config.json ({type(e).__name__}); resume with --config RECIPE") from e
+    return stored_settings(run)
 
 
 def resumed_dtype(requested: str, state: RunState | None, device: torch.device) -> str:
@@ -94,18 +117,16 @@ def decide(
 
     `meta` is the dataset's meta.json, `data_identity` its fingerprint (a resume checks it), `device` where the run
     computes (its `auto` dtype). `clean` removes what a killed save left in the folder first (the trainer's rank 0);
-    the dry run passes False and reads only. `report` prints where a resume continues from.
+    the dry run passes False and reads only. `report` prints where a resume continues from (the trainer passes False
+    and says it once the checkpoint is restored: `resuming`).
     """
-    if cfg.resume and cfg.init_from:
-        raise UserError(
-            f"--resume {cfg.resume} and --init_from {cfg.init_from} both given: --resume continues a run from its own "
-            "checkpoint, --init_from starts a new run from other weights; give one"
-        )
     out = Path(cfg.out) if cfg.out is not None else None
     if clean and out is not None and out.is_dir():  # a killed save may have left step_N aside: restore it first
         for p in ckpt.clean_stale_tmp(out):
             print(f"removed {p}, left by an interrupted save", file=sys.stderr)
     found = ckpt.resolve_resume(out, cfg.resume)  # the checkpoint and its state.json, read once
+    if cfg.resume and cfg.init_from and found is not None:
+        _check_same_start(cfg, found[1].get("run_config") or {})
     init_state, init_model = ckpt.read_weights_start(cfg.init_from) if cfg.init_from is not None else (None, None)
     mcfg, model_from = model_config(cfg, meta, init_model)
     state = RunState.from_dict(found[1]) if found is not None else init_state
@@ -116,12 +137,11 @@ def decide(
     if found is not None:
         resume_from = found[0]
         notes = check_resume(resume_from, state, cfg, mcfg, data_identity, dtype)
-        if report:
-            print(f"resuming from step {state.step} ({resume_from})", file=sys.stderr)
-            for note in notes:
-                print(f"  {note}", file=sys.stderr)
         run_id = state.run_id or ckpt.new_run_id()
-        return Start(RESUME, mcfg, model_from, dtype, recipe, run_id, resume_from, state, notes)
+        decided = Start(RESUME, mcfg, model_from, dtype, recipe, run_id, resume_from, state, notes)
+        if report:
+            resuming(decided)
+        return decided
     if out is not None and (out / "metrics.jsonl").exists() and not restart_unsaved:
         found_ckpts = ckpt.list_checkpoints(out)
         if found_ckpts:  # not resuming because --resume was not given, not because there is nothing to resume
@@ -137,6 +157,27 @@ def decide(
         _check_tokenizer(cfg, data_identity)
         return Start(INIT_FROM, mcfg, model_from, dtype, recipe, ckpt.new_run_id(), Path(cfg.init_from), state)
     return Start(FRESH, mcfg, model_from, dtype, recipe, ckpt.new_run_id())
+
+
+def resuming(decided: Start) -> None:
+    """Say where a resume continues from, and what resuming changes (on stderr)."""
+    print(f"resuming from step {decided.state.step} ({decided.checkpoint})", file=sys.stderr)
+    for note in decided.notes:
+        print(f"  {note}", file=sys.stderr)
+
+
+def _check_same_start(cfg: RunConfig, recorded: dict[str, Any]) -> None:
+    """--resume with --init_from continues the run only when the run started from those same weights (the same
+    command run again with --resume auto); otherwise the model would come from one and the weights from the other,
+    and it is refused in one line, as litgpt refuses a resume with an initial checkpoint."""
+    started = recorded.get("init_from")
+    if started is not None and Path(started).resolve() == Path(cfg.init_from).resolve():
+        return
+    origin = f"started from {started}" if started else "started fresh"
+    raise UserError(
+        f"--resume {cfg.resume} continues the run in {cfg.out}, which {origin}; --init_from {cfg.init_from} would "
+        "start another from other weights: give one (or a new --out)"
+    )
 
 
 def _check_tokenizer(cfg: RunConfig, data_identity: dict[str, Any] | None) -> None:
