@@ -334,9 +334,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    from angpt import __version__
+
     # allow_abbrev=False on every parser: with prefix matching `--resum auto` silently means `--resume auto`, and a
     # misspelt flag of `train` (whose unknown flags are config overrides) could become another flag.
     p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
+    p.add_argument("--version", action="version", version=f"angpt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
