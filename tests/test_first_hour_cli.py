@@ -42,3 +42,32 @@ def test_every_option_with_a_value_shows_its_default(name):
     for action in verb(name)._actions:  # a literal default is printed as it is
         if isinstance(action.default, (int, float, str)) and action.nargs != 0 and action.option_strings:
             assert f"(default: {action.default})" in " ".join(text.split()), action.option_strings[0]
+
+
+# ------------------------------------------------------------------------------------ export over a folder
+@pytest.fixture(scope="module")
+def run(data_dir, tmp_path_factory):
+    """A tiny GPT+ run of 3 steps with a checkpoint at each."""
+    from .test_train import TINY, run_cli
+
+    out = tmp_path_factory.mktemp("first-hour-cli") / "run"
+    extra = ["--train.max_steps", "3", "--train.save_every", "1", "--train.keep_last", "10"]
+    assert run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, *extra) == 0
+    return out
+
+
+def files(folder) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_export_over_a_previous_export_needs_overwrite(run, tmp_path, capsys):
+    out = tmp_path / "hf"
+    assert main(["export", str(run), str(out)]) == 0
+    (out / "notes.txt").write_text("keep me")
+    before = files(out)
+    line = one_line_error(capsys, main(["export", str(run), str(out)]), str(out), "--overwrite")
+    assert "previous export" in line
+    assert files(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+    assert main(["export", str(run), str(out), "--overwrite", "--dtype", "bfloat16"]) == 0
+    after = files(out)
+    assert after["notes.txt"] == b"keep me" and after["model.safetensors"] != before["model.safetensors"]

@@ -223,10 +223,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format != "hf":
         raise UserError(f"unknown export format {args.format!r}; use: hf")
-    from angpt.hf.export import export_hf
+    from angpt.hf.export import check_target, export_hf
 
+    check_target(args.out, args.overwrite)  # before loading the checkpoint: a refusal comes at once
     model, tokenizer = _load(args.checkpoint)
-    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format)
+    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format, overwrite=args.overwrite)
     print(f"exported {model.config.arch} to {out} (load with transformers' AutoModelForCausalLM)")
     return 0
 
@@ -425,12 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
     s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
-    s.add_argument("out", help="the export folder: new, empty, or a previous export")
+    s.add_argument("out", help="the export folder: new, empty, or a previous export with --overwrite")
     s.add_argument("--format", default="hf", help="hf: Hugging Face transformers (default: %(default)s)")
     s.add_argument(
         "--hf-format", default="auto", help="auto (by architecture) | qwen3 | llama | folded (default: %(default)s)"
     )
     s.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: %(default)s)")
+    s.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a previous export in OUT (its own files only; other files stay)",
+    )
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser(
