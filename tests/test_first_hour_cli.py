@@ -3,8 +3,12 @@ folder, length warnings from an export's generate, and what a mistyped key, a mi
 checkpoint is told. Each test fails with its fix removed."""
 
 import argparse
+import contextlib
+import logging
+import warnings
 
 import pytest
+import torch
 
 import angpt
 from angpt.cli import build_parser, main
@@ -71,3 +75,45 @@ def test_export_over_a_previous_export_needs_overwrite(run, tmp_path, capsys):
     assert main(["export", str(run), str(out), "--overwrite", "--dtype", "bfloat16"]) == 0
     after = files(out)
     assert after["notes.txt"] == b"keep me" and after["model.safetensors"] != before["model.safetensors"]
+
+
+# ------------------------------------------------------------------------------- generate() on an export
+@contextlib.contextmanager
+def transformers_messages():
+    """What transformers logs (its logger does not propagate to pytest's) and warns, collected."""
+    said = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logger, handler = logging.getLogger("transformers"), Collect(logging.WARNING)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield said
+        said += [str(w.message) for w in caught]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.mark.parametrize("arch", ["gpt+", "angpt"])  # a native Qwen3 export and the folded class
+def test_an_export_generates_max_new_tokens_without_a_length_warning(arch, tok, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from angpt.hf.export import export_hf
+
+    path = export_hf(angpt.build_model(arch, "tiny", vocab_size=tok.vocab_size), tmp_path / "exp", tok)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    x = torch.tensor([tok.encode("the quick")])
+    with transformers_messages() as said:
+        out = hf.generate(x, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == x.shape[1] + 5
+    assert not [m for m in said if "max_length" in m], said
+    # The context still bounds a generate() that names no length: 60 prompt tokens stop at its 64.
+    assert hf.config.max_position_embeddings == 64
+    with transformers_messages():  # transformers' advice to pass max_new_tokens
+        assert hf.generate(torch.tensor([tok.encode("a" * 60)]), do_sample=False).shape[1] == 64

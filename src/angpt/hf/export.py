@@ -167,7 +167,7 @@ def export_hf(
         hf_config.save_pretrained(tmp)
         _add_torch_dtype(tmp / "config.json", dtype_name)
         _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
-        _save_generation_config(tmp, eos, cfg.context_length)
+        _save_generation_config(tmp, eos)
         if tokenizer is not None:
             _save_tokenizer(tokenizer, tmp, cfg.context_length)
         marker = {
@@ -344,14 +344,14 @@ def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
     save_safetensors(sd, path)  # a write failure (a full disk) is an OSError, as every other file's here
 
 
-def _save_generation_config(folder: Path, eos: int | None, context_length: int) -> None:
+def _save_generation_config(folder: Path, eos: int | None) -> None:
     from transformers import GenerationConfig
 
-    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token. The
-    # length: the model's context (transformers' default of 20 tokens would warn and cut every generate() short).
-    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, max_length=context_length).save_pretrained(
-        folder
-    )
+    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token. No
+    # max_length: transformers 5 takes one stored here as set by the caller, and every generate(max_new_tokens=N)
+    # then warns that both are set. The context is config.json's max_position_embeddings, which caps a generate()
+    # that names no length (transformers' 20 new tokens, with its advice to pass max_new_tokens).
+    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos).save_pretrained(folder)
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path, context_length: int) -> None:
