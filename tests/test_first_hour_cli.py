@@ -117,3 +117,31 @@ def test_an_export_generates_max_new_tokens_without_a_length_warning(arch, tok, 
     assert hf.config.max_position_embeddings == 64
     with transformers_messages():  # transformers' advice to pass max_new_tokens
         assert hf.generate(torch.tensor([tok.encode("a" * 60)]), do_sample=False).shape[1] == 64
+
+
+# --------------------------------------------------------------------------------------- a mistyped key
+@pytest.mark.parametrize(
+    "flags, recipe, hint",
+    [
+        (["--train.lrr", "0.01"], None, "(did you mean 'train.lr'?)"),
+        (["--lr", "0.01"], None, "(did you mean 'train.lr'?)"),  # the section forgotten
+        (["--trian.lr", "0.01"], None, "(did you mean 'train.lr'?)"),
+        (["--model.d_modle", "32"], None, "d_modle (did you mean 'model.d_model'?)"),
+        ([], "train:\n  lrr: 0.01\n", "(did you mean 'train.lr'?)"),
+        ([], "model:\n  n_layer: 2\n", "(did you mean 'model.n_layers'?)"),
+        (["--train.zzzzz", "1"], None, None),  # nothing close: no guess
+    ],
+)
+def test_a_mistyped_config_key_suggests_the_closest(flags, recipe, hint, data_dir, tmp_path, capsys):
+    if recipe is not None:
+        (tmp_path / "recipe.yaml").write_text(recipe)
+        flags = ["--config", str(tmp_path / "recipe.yaml")]
+    rc = main(["train", "--data", str(data_dir), "--out", str(tmp_path / "run"), *flags])
+    line = one_line_error(capsys, rc, "unknown")
+    assert (hint in line) if hint else "did you mean" not in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_mistyped_model_override_of_info_suggests_the_closest(capsys):
+    line = one_line_error(capsys, main(["info", "--arch", "angpt", "--set", "d_modl=32"]), "d_modl")
+    assert "(did you mean 'd_model'?)" in line
