@@ -145,3 +145,17 @@ def test_a_mistyped_config_key_suggests_the_closest(flags, recipe, hint, data_di
 def test_a_mistyped_model_override_of_info_suggests_the_closest(capsys):
     line = one_line_error(capsys, main(["info", "--arch", "angpt", "--set", "d_modl=32"]), "d_modl")
     assert "(did you mean 'd_model'?)" in line
+
+
+# ------------------------------------------------------------------------------------------ a missing --data
+def test_a_missing_data_folder_is_named_as_missing_not_unprepared(tmp_path, capsys):
+    common = ["train", "--preset", "tiny", "--out", str(tmp_path / "run")]
+    missing = tmp_path / "does" / "not" / "exist"
+    line = one_line_error(capsys, main([*common, "--data", str(missing)]), str(missing), "does not exist")
+    assert "meta.json" not in line and "angpt prepare" in line
+    (tmp_path / "notes").mkdir()
+    line = one_line_error(capsys, main([*common, "--data", str(tmp_path / "notes")]), "not a prepared dataset")
+    assert "no meta.json" in line and "angpt prepare --source" in line
+    (tmp_path / "file.txt").write_text("text")
+    one_line_error(capsys, main([*common, "--data", str(tmp_path / "file.txt")]), "is a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "notes"]  # no run folder made
