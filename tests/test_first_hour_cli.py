@@ -5,6 +5,7 @@ checkpoint is told. Each test fails with its fix removed."""
 import argparse
 import contextlib
 import logging
+import shutil
 import warnings
 
 import pytest
@@ -51,7 +52,7 @@ def test_every_option_with_a_value_shows_its_default(name):
 # ------------------------------------------------------------------------------------ export over a folder
 @pytest.fixture(scope="module")
 def run(data_dir, tmp_path_factory):
-    """A tiny GPT+ run of 3 steps with a checkpoint at each."""
+    """A tiny GPT+ run of 3 steps with a checkpoint at each, and checkpoints/best (its final validation)."""
     from .test_train import TINY, run_cli
 
     out = tmp_path_factory.mktemp("first-hour-cli") / "run"
@@ -159,3 +160,29 @@ def test_a_missing_data_folder_is_named_as_missing_not_unprepared(tmp_path, caps
     (tmp_path / "file.txt").write_text("text")
     one_line_error(capsys, main([*common, "--data", str(tmp_path / "file.txt")]), "is a file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "notes"]  # no run folder made
+
+
+# ----------------------------------------------------------------------------------- a missing checkpoint
+def test_a_missing_checkpoint_names_the_ones_that_exist(run, tmp_path, capsys):
+    ckpts = run / "checkpoints"
+    missing = ckpts / "step_000999"
+    line = one_line_error(capsys, main(["generate", str(missing), "--prompt", "a"]), f"{missing} does not exist")
+    assert line.endswith(f"; {ckpts} holds step_000001, step_000002, step_000003, best"), line
+    # checkpoints/ left out of the path: the run folder's are named too; the export writes nothing
+    line = one_line_error(capsys, main(["export", str(run / "step_000003"), str(tmp_path / "hf")]), "does not exist")
+    assert line.endswith(f"; {ckpts} holds step_000001, step_000002, step_000003, best"), line
+    assert list(tmp_path.iterdir()) == []
+    # many: the newest five, how many older, and best
+    many = shutil.copytree(run, tmp_path / "run") / "checkpoints"
+    for step in range(4, 9):
+        shutil.copytree(many / "step_000003", many / f"step_{step:06d}")
+    line = one_line_error(capsys, main(["export", str(many / "step_9"), str(tmp_path / "hf")]), "does not exist")
+    newest = ", ".join(f"step_{s:06d}" for s in range(4, 9))
+    assert line.endswith(f"; {many} holds 3 older and {newest}, best"), line
+    # a run folder without a complete checkpoint says so, not "missing state.json"
+    (tmp_path / "fresh" / "checkpoints").mkdir(parents=True)
+    line = one_line_error(capsys, main(["generate", str(tmp_path / "fresh"), "--prompt", "a"]), "a run folder")
+    assert line.endswith("checkpoints holds no complete checkpoint"), line
+    # elsewhere there is nothing to list
+    line = one_line_error(capsys, main(["generate", str(tmp_path / "nope"), "--prompt", "a"]), "does not exist")
+    assert "holds" not in line
