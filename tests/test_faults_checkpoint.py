@@ -392,7 +392,7 @@ def test_re_export_keeps_user_files_and_replaces_its_own(model, tok, tmp_path):
     (out / "results").mkdir()
     (out / "results" / "eval.json").write_text("{}")
 
-    export_hf(model, out)  # a GPT+ without a tokenizer over the folded export with one
+    export_hf(model, out, overwrite=True)  # a GPT+ without a tokenizer over the folded export with one
     assert (out / "notes.txt").read_text() == "keep me"
     assert (out / "results" / "eval.json").read_text() == "{}"
     # The previous export's own files that this export does not write are gone (a stale tokenizer or modelling
@@ -421,7 +421,7 @@ def test_re_export_failing_while_moving_files_restores_the_previous_export(model
 
     monkeypatch.setattr(export_mod.os, "replace", flaky)
     with pytest.raises(CheckpointError) as e:
-        export_hf(folded, out, tok)
+        export_hf(folded, out, tok, overwrite=True)
     one_line(e, "could not write the export", "I/O error", "nothing there changed")
     monkeypatch.undo()
     assert len(calls) >= 12
@@ -446,7 +446,7 @@ def test_export_on_a_full_disk_is_one_line_and_keeps_the_previous_export(model, 
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(safetensors.torch, "save_file", full)
-    assert main(["export", str(path), str(out)]) == 2
+    assert main(["export", str(path), str(out), "--overwrite"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not write the export" in err[0] and "No space left on device" in err[0], err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

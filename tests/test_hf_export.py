@@ -306,15 +306,18 @@ def test_bad_exports_fail_cleanly(models, tok, tmp_path, monkeypatch):
 
     monkeypatch.setattr(export_mod, "_save_weights", disk_full)
     with pytest.raises(CheckpointError, match=r"could not write the export .* \(disk full\); nothing there changed"):
-        export_hf(models["angpt"], prev, tok)
+        export_hf(models["angpt"], prev, tok, overwrite=True)
     with pytest.raises(CheckpointError, match=r"could not write the export .* \(disk full\); nothing there changed"):
         export_hf(models["angpt"], tmp_path / "fresh", tok)
     assert {p.name: p.read_bytes() for p in prev.iterdir()} == before
     assert sorted(os.listdir(tmp_path)) == ["busy", "prev"]
     monkeypatch.undo()
 
-    # Re-exporting over a previous export replaces it; an empty folder is fine too.
-    export_hf(models["angpt"], prev, tok)
+    # Re-exporting over a previous export is refused, untouched, unless asked; an empty folder is fine too.
+    with pytest.raises(UserError, match="holds a previous export; pass --overwrite"):
+        export_hf(models["angpt"], prev, tok)
+    assert {p.name: p.read_bytes() for p in prev.iterdir()} == before
+    export_hf(models["angpt"], prev, tok, overwrite=True)
     assert json.loads((prev / "config.json").read_text())["model_type"] == "angpt_folded"
     assert json.loads((prev / MARKER).read_text())["arch"] == "angpt"
     (tmp_path / "empty").mkdir()

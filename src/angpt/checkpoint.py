@@ -489,9 +489,11 @@ def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> dict[str
     """
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist{_available(path.parent)}")
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} is not a directory")
+    if not (path / STATE_FILE).is_file() and checkpoint_dir(path).is_dir():
+        raise CheckpointError(f"{path} is a run folder, not a checkpoint{_available(path)}")
     missing = [n for n in (STATE_FILE, MODEL_FILE) if not (path / n).is_file()]
     if missing:
         raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
@@ -508,6 +510,22 @@ def validate_checkpoint(path: str | Path, need_trainer: bool = True) -> dict[str
         f = path / STATE_FILE
         raise CheckpointError(f"{f} has no {missing_keys[0]!r} key; the checkpoint is damaged or not from angpt")
     return state
+
+
+def _available(folder: Path, shown: int = 5) -> str:
+    """``; RUN/checkpoints holds step_000004, step_000005, best`` (the newest `shown` steps, then best) when `folder`
+    is a run folder or its checkpoints/ folder, so that a mistyped checkpoint path is followed by the real ones;
+    "" for any other folder."""
+    run = folder.parent if folder.name == "checkpoints" else folder
+    root = checkpoint_dir(run)
+    if not root.is_dir():
+        return ""
+    names = [p.name for p in list_checkpoints(run)]
+    older = len(names) - shown
+    names = names[-shown:] + (["best"] if (root / "best" / STATE_FILE).is_file() else [])
+    if not names:
+        return f"; {root} holds no complete checkpoint"
+    return f"; {root} holds " + (f"{older} older and " if older > 0 else "") + ", ".join(names)
 
 
 def _weights_only(path: Path) -> str:

@@ -226,10 +226,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format != "hf":
         raise UserError(f"unknown export format {args.format!r}; use: hf")
-    from angpt.hf.export import export_hf
+    from angpt.hf.export import check_target, export_hf
 
+    check_target(args.out, args.overwrite)  # before loading the checkpoint: a refusal comes at once
     model, tokenizer = _load(args.checkpoint)
-    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format)
+    out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format, overwrite=args.overwrite)
     print(f"exported {model.config.arch} to {out} (load with transformers' AutoModelForCausalLM)")
     return 0
 
@@ -337,9 +338,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    from angpt import __version__
+
     # allow_abbrev=False on every parser: with prefix matching `--resum auto` silently means `--resume auto`, and a
     # misspelt flag of `train` (whose unknown flags are config overrides) could become another flag.
     p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
+    p.add_argument("--version", action="version", version=f"angpt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
@@ -349,12 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder", allow_abbrev=False)
-    s.add_argument("--source", default="stdlib", help="stdlib | PATH (.txt/.jsonl/.parquet file or folder) | hf:NAME")
-    s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH")
-    s.add_argument("--out", required=True)
-    s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument(
-        "--val-fraction", type=float, default=0.005, help="documents for validation: selection (default 0.005)"
+        "--source",
+        default="stdlib",
+        help="stdlib | PATH (.txt/.jsonl/.parquet file or folder) | hf:NAME (default: %(default)s)",
+    )
+    s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH (default: %(default)s)")
+    s.add_argument("--out", required=True, help="the dataset folder to write (required)")
+    s.add_argument("--max-tokens", type=int, default=None, help="stop after this many tokens (default: all)")
+    s.add_argument(
+        "--val-fraction", type=float, default=0.005, help="documents for validation: selection (default: %(default)s)"
     )
     s.add_argument(
         "--test-fraction",
@@ -362,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="documents for test: the numbers reported (default: as many as validation; 0: none)",
     )
-    s.add_argument("--text-field", default="text")
+    s.add_argument("--text-field", default="text", help="the text column of .jsonl/.parquet/hf: (default: %(default)s)")
     s.add_argument(
         "--doc-separator",
         default=None,
@@ -370,8 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how .txt files are cut into documents (default: a single .txt file at blank lines, a folder's files "
         "whole; '' keeps files whole)",
     )
-    s.add_argument("--workers", type=int, default=None)
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument(
+        "--workers", type=int, default=None, help="1: tokenize serially (default: the tokenizers thread pool)"
+    )
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 
     s = sub.add_parser(
@@ -412,24 +422,33 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)
     s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
     s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
-    s.add_argument("--max-new-tokens", type=int, default=200)
-    s.add_argument("--temperature", type=float, default=0.8)
-    s.add_argument("--top-k", type=int, default=None)
-    s.add_argument("--top-p", type=float, default=None)
-    s.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    s.add_argument("--seed", type=int, default=None)
+    s.add_argument(
+        "--max-new-tokens", type=int, default=200, help="at most, within the model's context (default: %(default)s)"
+    )
+    s.add_argument("--temperature", type=float, default=0.8, help="0: greedy (default: %(default)s)")
+    s.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens (default: all)")
+    s.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (default: off)")
+    s.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: none)")
+    s.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     s.add_argument("--no-cache", action="store_true", help="recompute the prefix every step (reference path)")
     s.add_argument("--compile", action="store_true", help="torch.compile the cached decoding step (long outputs)")
     s.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
-    s.add_argument("--device", default=None)
+    s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cpu)")
     s.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
-    s.add_argument("checkpoint")
-    s.add_argument("out")
-    s.add_argument("--format", default="hf", help="hf (Hugging Face transformers)")
-    s.add_argument("--hf-format", default="auto", help="auto | qwen3 | llama | folded")
-    s.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
+    s.add_argument("out", help="the export folder: new, empty, or a previous export with --overwrite")
+    s.add_argument("--format", default="hf", help="hf: Hugging Face transformers (default: %(default)s)")
+    s.add_argument(
+        "--hf-format", default="auto", help="auto (by architecture) | qwen3 | llama | folded (default: %(default)s)"
+    )
+    s.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: %(default)s)")
+    s.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a previous export in OUT (its own files only; other files stay)",
+    )
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser(

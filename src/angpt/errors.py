@@ -6,6 +6,9 @@ must say what is wrong and what to change. Library callers can catch it like any
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class UserError(Exception):
     """Bad input (config, data, checkpoint, command line): reported as one line, exit code 2."""
@@ -21,3 +24,20 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A missing, incomplete or mismatched checkpoint."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'train.lr'?)`` for a mistyped `word`, or "" when no choice is close.
+
+    A dotted key whose last part is a choice's last part is that choice (``lr`` -> ``train.lr``, the section
+    forgotten); else the closest spelling (difflib) in its own section, or anywhere when the section is the typo
+    (``trian.lr``). A long list of valid keys need not then be searched by eye."""
+    choices = list(choices)
+    section, _, name = word.rpartition(".")
+    close = [c for c in choices if c != word and c.rpartition(".")[2] == name]
+    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == section}
+    if not close and siblings:
+        close = [siblings[m] for m in difflib.get_close_matches(name, list(siblings), n=1)]
+    elif not close:
+        close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

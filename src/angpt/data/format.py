@@ -279,10 +279,21 @@ def save_meta(out_dir: Path, meta: dict) -> None:
 
 
 def load_meta(data_dir: str | os.PathLike) -> dict:
-    """Read a prepared dataset's ``meta.json``; DataError if it is missing, unreadable or from a newer format."""
+    """Read a prepared dataset's ``meta.json``; DataError if it is missing, unreadable or from a newer format (a
+    folder that does not exist is named as such: a mistyped path, not a dataset to prepare again)."""
     path = Path(data_dir) / META_NAME
+    if not Path(data_dir).exists():
+        raise DataError(
+            f"dataset folder {data_dir} does not exist; check the path, or make the dataset with "
+            f"`angpt prepare --source PATH --out {data_dir}`"
+        )
+    if not Path(data_dir).is_dir():
+        raise DataError(f"{data_dir} is a file, not a dataset folder; pass the folder `angpt prepare --out` wrote")
     if not path.is_file():
-        raise DataError(f"no {META_NAME} in {data_dir}: it is not a prepared dataset; prepare it first")
+        raise DataError(
+            f"{data_dir} is not a prepared dataset (no {META_NAME}); make one with `angpt prepare --source PATH "
+            "--out DIR` (a new or empty folder) and pass that folder"
+        )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -23,10 +23,11 @@ What each architecture becomes (``format="auto"``):
 An export folder holds ``config.json``, ``model.safetensors``, ``generation_config.json``, ``angpt_export.json``
 (our marker: format, arch and the full angpt config), and, with a tokenizer, ``tokenizer.json``,
 ``tokenizer_config.json``, ``special_tokens_map.json`` and ``angpt_tokenizer.json``. It is built in a temporary
-folder beside ``out_dir``. A new folder is renamed into place whole. Over a previous export, only the export's
-own files are replaced (those the previous export wrote, listed in its marker, and those this one writes): they
-are moved aside, the new ones moved in (the marker last), then the old ones deleted, and a failure on the way puts
-the previous export back. Files the user added to the folder are never touched.
+folder beside ``out_dir``. A new folder is renamed into place whole. A previous export is replaced only when asked
+(``overwrite=True``, ``angpt export --overwrite``), and then only the export's own files (those the previous export
+wrote, listed in its marker, and those this one writes): they are moved aside, the new ones moved in (the marker
+last), then the old ones deleted, and a failure on the way puts the previous export back. Files the user added to
+the folder are never touched. A folder that is neither empty nor an export is refused, with or without overwrite.
 """
 
 from __future__ import annotations
@@ -128,13 +129,15 @@ def export_hf(
     *,
     dtype: str = "float32",
     format: str = "auto",
+    overwrite: bool = False,
 ) -> Path:
     """Write `model` (and `tokenizer`, an angpt Tokenizer) as a Hugging Face checkpoint folder; returns its path.
 
     `format` is "auto" (by architecture, see the module docstring) or one of "qwen3", "llama", "folded", "custom",
     which must then match the architecture. `dtype` ("float32", "bfloat16", "float16") is the stored weight dtype.
-    `out_dir` must be missing, empty, or a previous export; anything else is a UserError. Over a previous export
-    the export's own files are replaced and any other file in the folder is left as it is.
+    `out_dir` must be missing, empty, or (with `overwrite`) a previous export; anything else is a UserError, raised
+    before anything is written. Over a previous export the export's own files are replaced and any other file in
+    the folder is left as it is.
     """
     base = unwrap(model)
     cfg: ModelConfig = base.config
@@ -144,7 +147,7 @@ def export_hf(
     torch_dtype = DTYPES[dtype]
     dtype_name = str(torch_dtype).removeprefix("torch.")
     out = Path(out_dir).expanduser().absolute()
-    _check_target(out)
+    check_target(out, overwrite)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -164,7 +167,7 @@ def export_hf(
         hf_config.save_pretrained(tmp)
         _add_torch_dtype(tmp / "config.json", dtype_name)
         _save_weights({k: v.detach().to("cpu", torch_dtype).contiguous() for k, v in sd.items()}, tmp / WEIGHTS_FILE)
-        _save_generation_config(tmp, eos, cfg.context_length)
+        _save_generation_config(tmp, eos)
         if tokenizer is not None:
             _save_tokenizer(tokenizer, tmp, cfg.context_length)
         marker = {
@@ -184,13 +187,24 @@ def export_hf(
     return out
 
 
-def _check_target(out: Path) -> None:
+def check_target(out_dir: str | Path, overwrite: bool = False) -> None:
+    """UserError unless `out_dir` can take an export: missing, empty, or a previous export when `overwrite`.
+
+    A folder that is not an export is refused even with `overwrite`: its files are not ours to replace."""
+    out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"export target {out} is a file; pass a folder path")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / MARKER).is_file():
         raise UserError(
             f"export target {out} is not empty and is not a previous angpt export (no {MARKER}); "
             "choose a new or empty folder"
+        )
+    if not overwrite:
+        raise UserError(
+            f"export target {out} holds a previous export; pass --overwrite to replace it (files you added stay) "
+            "or choose a new folder"
         )
 
 
@@ -330,14 +344,14 @@ def _save_weights(sd: dict[str, torch.Tensor], path: Path) -> None:
     save_safetensors(sd, path)  # a write failure (a full disk) is an OSError, as every other file's here
 
 
-def _save_generation_config(folder: Path, eos: int | None, context_length: int) -> None:
+def _save_generation_config(folder: Path, eos: int | None) -> None:
     from transformers import GenerationConfig
 
-    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token. The
-    # length: the model's context (transformers' default of 20 tokens would warn and cut every generate() short).
-    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, max_length=context_length).save_pretrained(
-        folder
-    )
+    # The training data puts EOS between documents, so EOS is also the natural start-of-text (bos) token. No
+    # max_length: transformers 5 takes one stored here as set by the caller, and every generate(max_new_tokens=N)
+    # then warns that both are set. The context is config.json's max_position_embeddings, which caps a generate()
+    # that names no length (transformers' 20 new tokens, with its advice to pass max_new_tokens).
+    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos).save_pretrained(folder)
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path, context_length: int) -> None:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from angpt.errors import ConfigError
+from angpt.errors import ConfigError, did_you_mean
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "norm": ("rmsnorm", "dyt", "ln_scaling"),
@@ -292,9 +292,8 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(
-                f"unknown model config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
-            )
+            named = ", ".join(k + did_you_mean(k, known) for k in unknown)
+            raise ConfigError(f"unknown model config key(s): {named}; valid keys: {', '.join(sorted(known))}")
         return cls(**data)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from angpt.errors import ConfigError
+from angpt.errors import ConfigError, did_you_mean
 from angpt.models import make_config, registry
 from angpt.models.config import PRESETS, ModelConfig
 
@@ -179,7 +179,8 @@ class RunConfig:
         known = {f.name for f in dataclasses.fields(ModelConfig)} - {"arch"}
         unknown = sorted(set(self.model) - known)
         if unknown:
-            raise ConfigError(f"unknown model key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+            named = ", ".join(k + did_you_mean(f"model.{k}", _KEYS) for k in unknown)
+            raise ConfigError(f"unknown model key(s): {named}; valid keys: {', '.join(sorted(known))}")
         if self.out is not None:
             existing = next((p for p in (Path(self.out), *Path(self.out).parents) if p.exists()), None)
             if existing is not None and not existing.is_dir():
@@ -199,6 +200,8 @@ _TOP = {f.name for f in dataclasses.fields(RunConfig)} - {"train", "model"}
 _TRAIN = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _TOP_TYPES = typing.get_type_hints(RunConfig)
 _MODEL_TYPES = typing.get_type_hints(ModelConfig)
+# Every key a recipe or a flag may set, dotted: what a mistyped one is matched against.
+_KEYS = sorted(_TOP | {f"train.{k}" for k in _TRAIN} | {f"model.{k}" for k in _MODEL_TYPES if k != "arch"})
 
 
 def _field_type(dotted: str) -> Any:
@@ -211,10 +214,12 @@ def _field_type(dotted: str) -> Any:
 def _set(tree: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     if parts[0] == "train" and (len(parts) != 2 or parts[1] not in _TRAIN):
-        raise ConfigError(f"unknown config key {dotted!r}; train keys: {', '.join(sorted(_TRAIN))}")
+        hint = did_you_mean(dotted, _KEYS)
+        raise ConfigError(f"unknown config key {dotted!r}{hint}; train keys: {', '.join(sorted(_TRAIN))}")
     if parts[0] not in ("train", "model") and (len(parts) != 1 or parts[0] not in _TOP):
+        hint = did_you_mean(dotted, _KEYS)
         raise ConfigError(
-            f"unknown config key {dotted!r}; top-level keys: {', '.join(sorted(_TOP | {'train', 'model'}))}"
+            f"unknown config key {dotted!r}{hint}; top-level keys: {', '.join(sorted(_TOP | {'train', 'model'}))}"
         )
     node = tree
     for p in parts[:-1]:
