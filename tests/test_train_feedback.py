@@ -1,8 +1,11 @@
-"""What `angpt train` tells the person who started it: the summary before step 1 and the time the first steps
-measured. Each test fails with its fix removed (checked)."""
+"""What `angpt train` tells the person who started it: the summary before step 1, the time the first steps measured,
+and Ctrl-C answered at once (a first one saves after the step, a second one stops without saving).
+Each test fails with its fix removed (checked)."""
 
 import json
+import os
 import re
+import signal
 import statistics
 
 from angpt import checkpoint as ckpt
@@ -22,6 +25,10 @@ def during_step(monkeypatch, action):
         return original(self, next_batch)
 
     monkeypatch.setattr(step_module.TrainStep, "accumulate", accumulate)
+
+
+def files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
 # -------------------------------------------------------------------------------------------- the summary
@@ -66,3 +73,70 @@ def test_a_resumed_run_says_where_it_resumes_and_whose_rate_it_keeps(data_dir, t
     assert "  run    resuming at step 2 of 4; 4 steps x 512 = 2,048 tokens" in err
     assert "(the angpt recipe's when the run started; train.lr unset)" in err
     assert "after step" not in err  # 2 steps left: nothing to estimate after the third
+
+
+# -------------------------------------------------------------------------------------------------- Ctrl-C
+def test_a_first_ctrl_c_is_answered_at_once_and_saves_after_the_step(data_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    heard = {}
+
+    def interrupt(k):
+        if k == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            heard["err"] = capsys.readouterr().err  # before step 2 has done any work
+
+    during_step(monkeypatch, interrupt)
+    args = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "6"]
+    assert run_cli(*args, "--train.save_every", "0") == 130
+    assert "SIGINT received: stopping after step 2; Ctrl-C again to stop without saving" in heard["err"]
+    assert [c.name for c in ckpt.list_checkpoints(out)] == ["step_000002"]
+    assert metrics(out)[-1]["step"] == 2
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving(data_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    kept = {}
+
+    def interrupt_twice(k):
+        if k == 3:  # step 2's checkpoint is on disk: it must come out of the stop as it went in
+            kept.update(files(out / "checkpoints" / "step_000002"))
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    during_step(monkeypatch, interrupt_twice)
+    args = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "6"]
+    assert run_cli(*args, "--train.save_every", "1", "--train.keep_last", "5") == 130
+    err = capsys.readouterr().err
+    assert "SIGINT again: stopping now, without saving step 3" in err
+    assert [c.name for c in ckpt.list_checkpoints(out)] == ["step_000001", "step_000002"]
+    assert files(out / "checkpoints" / "step_000002") == kept
+    assert metrics(out)[-1]["step"] == 2  # step 3 never finished
+
+
+def test_a_second_ctrl_c_during_the_save_leaves_no_partial_checkpoint(data_dir, tmp_path, capsys, monkeypatch):
+    """The first Ctrl-C asks for step 2's checkpoint; a second one while it is being written stops the run with
+    nothing of it on disk: step 1's stays the newest, and the run resumes from it."""
+    out = tmp_path / "run"
+    armed = {}
+
+    def interrupt(k):
+        if k == 2:
+            armed["on"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    during_step(monkeypatch, interrupt)
+    original = ckpt.save_safetensors
+
+    def save_then_interrupt(tensors, path):
+        original(tensors, path)  # the weights are written, the rest of the checkpoint not yet
+        if armed.pop("on", False):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ckpt, "save_safetensors", save_then_interrupt)
+    args = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "4"]
+    assert run_cli(*args, "--train.save_every", "1", "--train.keep_last", "5") == 130
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001"]  # no .tmp_step_000002_*
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert run_cli(*args, "--train.save_every", "1", "--train.keep_last", "5", "--resume", "auto") == 0
+    assert "resuming from step 1" in capsys.readouterr().err

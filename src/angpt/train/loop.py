@@ -471,8 +471,10 @@ class Trainer:
         before_step = registry.of(self.base).before_step
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
-        with StopSignals() as signals, closing(logger), pbar if pbar is not None else nullcontext():
+        signals = StopSignals(announce=info.is_main, step=self.step + 1)
+        with signals, closing(logger), pbar if pbar is not None else nullcontext():
             while self.step < tc.max_steps:
+                signals.step = self.step + 1  # the step in progress, which a first Ctrl-C lets finish and save
                 note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
                 if note and info.is_main:
                     print(note, file=sys.stderr)
