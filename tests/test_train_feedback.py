@@ -52,7 +52,8 @@ def test_the_summary_says_what_the_run_does_before_step_one(data_dir, tmp_path, 
     geometry = r" +batch +512 tokens/step = micro_batch (\d+) x (\d+) tokens x (\d+) accumulation step\(s\)"
     micro, seq, accum = map(int, re.fullmatch(geometry, batch).groups())
     assert micro * seq * accum == 512 and micro == 4
-    train_tokens = json.loads((data_dir / "meta.json").read_text())["splits"]["train"]["tokens"]
+    shards = json.loads((data_dir / "meta.json").read_text())["splits"]["train"]["shards"]
+    train_tokens = sum((s["tokens"] - 1) // seq * seq for s in shards)  # whole windows of seq + 1 tokens, as read
     assert f"5 steps x 512 = {5 * 512:,} tokens" in run
     assert f"{5 * 512 / train_tokens:.3g} passes over the {train_tokens:,} training tokens" in run
     assert "at least" in time and "measured after 3 steps" in time  # the bound from the measured CPU peak

@@ -245,7 +245,7 @@ class Trainer:
             world_size=info.world_size,
             max_steps=tc.max_steps,
             step=self.step,
-            train_tokens=self.meta.get("splits", {}).get("train", {}).get("tokens", 0),
+            train_tokens=self.loader.tokens_per_epoch,
             flops_per_token=self.flops_per_token,
             peak=peak,
         )

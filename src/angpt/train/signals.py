@@ -39,7 +39,7 @@ class StopSignals:
             name = signal.Signals(signum).name
             self._say(f"{name} received: stopping after step {self.step}; Ctrl-C {again}to stop without saving")
         elif signum == signal.SIGINT:
-            self._say(f"SIGINT again: stopping now, without saving step {self.step} (the last checkpoint is kept)")
+            self._say(f"SIGINT again: stopping now, without saving step {self.step}; saved checkpoints are kept")
             raise KeyboardInterrupt
 
     def _say(self, line: str) -> None:

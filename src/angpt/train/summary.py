@@ -36,7 +36,7 @@ class RunSummary:
     world_size: int
     max_steps: int
     step: int  # where this process starts: 0, or the resumed checkpoint's step
-    train_tokens: int  # the training split's tokens (meta.json)
+    train_tokens: int  # what one pass over the training split reads (whole windows), as the epochs warning counts
     flops_per_token: float  # training FLOPs per token (6N + attention)
     peak: float | None  # FLOP/s of one device (measured on a CPU), None where unknown
 
