@@ -22,6 +22,7 @@ from angpt.models.base import LanguageModel
 from angpt.train import start
 from angpt.train.config import RunConfig, check_batch_geometry
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
+from angpt.train.resume import rate_source
 from angpt.train.step import resolve_dtype
 
 GPU_CHOICES = (*ACCELERATORS, "cpu")
@@ -216,7 +217,7 @@ def measured_cpu_mfu(mcfg: ModelConfig, seq_len: int, dtype: str, peak: float, r
 def _optimizer_summary(cfg: RunConfig) -> str:
     """E.g. `adam, peak lr 0.002 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
     tc, recipe = cfg.train, registry.get(cfg.arch).recipe
-    source = f" (the {cfg.arch} recipe's at {cfg.preset}; train.lr unset)" if tc.lr is None else ""
+    source = rate_source(cfg)[1]
     warmup = recipe.warmup_steps(tc.max_steps) if tc.warmup_steps is None else tc.warmup_steps
     decay = f"{tc.schedule} to {tc.min_lr_ratio:g}x"
     wd = recipe.weight_decay if tc.weight_decay is None else tc.weight_decay
@@ -344,7 +345,7 @@ def format_report(r: DryRunReport) -> str:
     c, m = r.model, r.memory
     where = {"ddp": f"DDP on {r.gpus} GPUs", "fsdp": f"FSDP2 on {r.gpus} GPUs", "single": "one process"}[r.dist]
     six_n = r.flops_per_token - r.flops_attention
-    per_run = _duration(r.run_time)
+    per_run = duration(r.run_time)
     if r.gpu.name != "cpu":
         per_run += f" ({r.run_time * r.gpus / 3600:,.0f} GPU-hours)"
     peak = f"{r.gpu.peak_flops / 1e12:.1f} TFLOP/s bf16 dense"
@@ -354,13 +355,13 @@ def format_report(r: DryRunReport) -> str:
         f"angpt dry run: {r.arch}, preset {r.preset} (built on the meta device: nothing allocated, no data read)",
         f"  model        L={c.n_layers} d={c.d_model} H={c.n_heads} d_ff={c.ffn_dim} T={r.seq_len} V={c.vocab_size}; "
         f"vocabulary from {r.vocab_from}",
-        f"  parameters   {r.params:,} total ({_si(r.params)}), "
-        f"{r.params_non_embedding:,} non-embedding ({_si(r.params_non_embedding)})",
+        f"  parameters   {r.params:,} total ({si(r.params)}), "
+        f"{r.params_non_embedding:,} non-embedding ({si(r.params_non_embedding)})",
         f"  FLOPs/token  {r.flops_per_token:.3e} training = 6N {six_n:.3e} + attention 12LTd {r.flops_attention:.3e}"
         " (PaLM App. B, full T x T)",
         f"  batch        {r.batch_tokens:,} tokens/step = {r.gpus} GPU(s) x micro_batch {r.micro_batch} x "
         f"{r.seq_len} tokens x {r.accum} accumulation step(s)",
-        f"  run          {r.steps:,} steps = {_si(r.tokens)} tokens",
+        f"  run          {r.steps:,} steps = {si(r.tokens)} tokens",
         f"  optimizer    {r.optimizer}",
         f"  memory/GPU   estimated for {where}, {r.dtype} compute, fp32 parameters and Adam states:",
         f"                 parameters, gradients, Adam m and v {_gb(m.states):>9}",
@@ -375,7 +376,8 @@ def format_report(r: DryRunReport) -> str:
     return "\n".join(lines)
 
 
-def _si(n: float) -> str:
+def si(n: float) -> str:
+    """A count with a suffix, 4 significant digits: `125.9M`, `3.072k` (the start-up summary speaks the same)."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= scale:
             return f"{n / scale:.4g}{unit}"
@@ -386,7 +388,8 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A duration in the unit a reader plans with: `40 s`, `12 min`, `3.5 h`, `4.2 days`."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:

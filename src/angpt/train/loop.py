@@ -44,9 +44,10 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resumed_rate
+from angpt.train.resume import check_resumed_rate, rate_source
 from angpt.train.signals import StopSignals
 from angpt.train.step import TrainStep, autocast, check_compute, synchronize
+from angpt.train.summary import RunSummary, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
@@ -218,6 +219,38 @@ class Trainer:
         self.step, self.tokens = state.step, state.tokens
         self.best_val = state.best_val_loss or math.inf
         self.best_step = state.best_step
+
+    def summary(self, peak: float | None) -> RunSummary:
+        """The numbers of the start-up summary (train/summary.py); `peak` is one device's FLOP/s, if known."""
+        info, tc = self.info, self.tc
+        device = str(info.device)
+        if info.device.type == "cuda":
+            device += f" ({torch.cuda.get_device_name(info.device)})"
+        if info.world_size > 1:
+            device += f" x {info.world_size} processes"
+        resumed = self.start.state.recipe if self.start.mode == start.RESUME and self.start.state else None
+        lr, lr_from = rate_source(self.cfg, resumed)
+        has_embed = getattr(self.base, "embed", None) is not None
+        return RunSummary(
+            arch=self.cfg.arch,
+            preset=self.cfg.preset,
+            params=self.base.num_params(),
+            params_non_embedding=self.base.num_params(embeddings=False) if has_embed else None,
+            device=device,
+            dtype=self.dtype,
+            lr=lr,
+            lr_from=lr_from or " (train.lr)",
+            batch_tokens=tc.batch_tokens,
+            micro_batch=tc.micro_batch,
+            seq_len=self.T,
+            accum=self.step_fn.accum,
+            world_size=info.world_size,
+            max_steps=tc.max_steps,
+            step=self.step,
+            train_tokens=self.loader.tokens_per_epoch,
+            flops_per_token=self.flops_per_token,
+            peak=peak,
+        )
 
     def _data_notes(self) -> list[str]:
         """How many times the run reads its training data, when that is more than a few (it will overfit)."""
@@ -426,6 +459,10 @@ class Trainer:
         status, loss_value, val_loss, val_bpb = "finished", None, None, None
         test_loss = None
         step_times: list[float] = []
+        # The summary goes with the bar: a study turns both off (it has its own bar over all its runs).
+        summary = self.summary(peak) if tc.progress and info.is_main and self.step < tc.max_steps else None
+        for line in startup_lines(summary) if summary else []:
+            print(line, file=sys.stderr)
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
         self.model.train()
@@ -436,8 +473,10 @@ class Trainer:
         before_step = registry.of(self.base).before_step
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
-        with StopSignals() as signals, closing(logger), pbar if pbar is not None else nullcontext():
+        signals = StopSignals(announce=info.is_main, step=self.step + 1)
+        with signals, closing(logger), pbar if pbar is not None else nullcontext():
             while self.step < tc.max_steps:
+                signals.step = self.step + 1  # the step in progress, which a first Ctrl-C lets finish and save
                 note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
                 if note and info.is_main:
                     print(note, file=sys.stderr)
@@ -480,6 +519,9 @@ class Trainer:
                     if warning and info.is_main:
                         print(f"warning: {warning}", file=sys.stderr)
                 step_times.append(dt)
+                timed = timed_line(summary, self.step, step_times) if summary else None
+                if timed:
+                    _say(timed, pbar)
                 tok_s = tc.batch_tokens / dt
                 mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
                 row: dict[str, Any] = {
@@ -616,6 +658,14 @@ def _bytes_per_token(meta: dict, split: str = "val") -> float | None:
     if held.get("bytes") and held.get("tokens"):
         return held["bytes"] / held["tokens"]
     return None
+
+
+def _say(line: str, pbar) -> None:
+    """A line on stderr, above the progress bar when there is one."""
+    if pbar is not None:
+        pbar.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr)
 
 
 def _progress(enabled: bool, start: int, total: int):

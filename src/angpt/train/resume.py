@@ -78,6 +78,13 @@ def _recipe_value(
     return value, ""
 
 
+def rate_source(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> tuple[float, str]:
+    """The peak rate a run of `cfg` trains at and where it comes from, as ` (the ARCH recipe's ...; train.lr unset)`,
+    or "" where train.lr sets it; `recorded` is a resumed run's recipe record (the rate it started with). The dry run,
+    the start-up summary and a refused resume say it the same way."""
+    return _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset, registry.get(cfg.arch).recipe, recorded)
+
+
 def model_difference(saved: Any, mcfg: ModelConfig) -> str | None:
     """How a saved model config (fields added since it was written take their defaults) differs from `mcfg`: the
     fields as `model.KEY=WAS (now NOW)`, at most four; None when they agree."""
