@@ -141,3 +141,33 @@ def test_a_second_ctrl_c_during_the_save_leaves_no_partial_checkpoint(data_dir, 
     capsys.readouterr()
     assert run_cli(*args, "--train.save_every", "1", "--train.keep_last", "5", "--resume", "auto") == 0
     assert "resuming from step 1" in capsys.readouterr().err
+
+
+def test_a_study_stopping_its_workers_sends_no_second_sigint():
+    """When one worker of a parallel study fails after a Ctrl-C reached the driver, the others were already sent one
+    SIGINT (they save after their step); stopping them must not send a second, which now stops a run without
+    saving. Workers not yet told get theirs."""
+    import signal
+
+    from angpt.study.execute import Runner
+
+    class Worker:
+        def __init__(self):
+            self.sent = []
+
+        def poll(self):
+            return None if not self.sent or self.sent[-1] != "kill" else -9
+
+        def send_signal(self, sig):
+            self.sent.append(sig)
+
+        def wait(self, timeout=None):
+            return 0
+
+        def kill(self):
+            self.sent.append("kill")
+
+    told_before, fresh = Worker(), Worker()
+    told = {told_before}
+    Runner._stop({told_before: None, fresh: None}, told, timeout=0.1)
+    assert told_before.sent == [] and fresh.sent == [signal.SIGINT] and fresh in told

@@ -245,7 +245,7 @@ class Runner:
                         self.progress.finish(self._dir(spec), 0)
                         continue
                     if proc.returncode != 0:
-                        self._stop(running)
+                        self._stop(running, told)
                         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
                         raise UserError(f"run {spec.name()} failed (exit {proc.returncode}): {tail[0]} (log: {log})")
                     rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
@@ -264,11 +264,13 @@ class Runner:
             raise StudyInterrupted(received[0] if received else interrupted)  # type: ignore[arg-type]
 
     @staticmethod
-    def _stop(running: dict, timeout: float = 120.0) -> None:
-        """Stop our worker processes: SIGINT (they save a checkpoint), then wait; kill only the stragglers."""
+    def _stop(running: dict, told: set, timeout: float = 120.0) -> None:
+        """Stop our worker processes: SIGINT (they save a checkpoint), then wait; kill only the stragglers. A worker
+        already sent one (`told`) is not sent a second: a second SIGINT stops a run without saving."""
         for proc in running:
-            if proc.poll() is None:
+            if proc.poll() is None and proc not in told:
                 proc.send_signal(signal.SIGINT)
+                told.add(proc)
         deadline = time.time() + timeout
         for proc in running:
             try:

@@ -192,25 +192,29 @@ def plan_run(
 MEASURED = "measured on one block of this model on this CPU"
 
 
-def measured_cpu_mfu(mcfg: ModelConfig, seq_len: int, dtype: str, peak: float, reps: int = 3) -> float:
+def measured_cpu_mfu(
+    mcfg: ModelConfig, seq_len: int, dtype: str, peak: float, reps: int = 3, budget_s: float = 0.5
+) -> float:
     """The MFU this CPU reaches on the run's own shapes: one layer of the model (its width, heads and MLP; a
     64-token vocabulary, so the embedding and head cost nothing), forward and backward over one sequence of up to
-    128 tokens, the best of `reps` after a warm-up, against the measured matmul `peak`. A block, not the whole
-    model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak, so the whole
-    model does a little better (docs/recipes.md#what-a-dry-run-estimates)."""
+    128 tokens, the best pass after a warm-up (at least `reps`, and more until `budget_s` has passed, at most 50: a
+    busy machine's best pass is still near its quiet one), against the measured matmul `peak`. A block, not the
+    whole model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak, so the
+    whole model does a little better (docs/recipes.md#what-a-dry-run-estimates)."""
     one = ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64})
     model = model_from_config(one)
     t = min(seq_len, one.context_length, 128)
     x = torch.randint(0, 64, (1, t + 1), generator=torch.Generator().manual_seed(0))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
-    best = float("inf")
-    for i in range(reps + 1):
+    best, start, passes = float("inf"), time.perf_counter(), 0
+    while passes <= reps or (time.perf_counter() - start < budget_s and passes < 50):
         t0 = time.perf_counter()
         with autocast:
             loss = model(x[:, :-1], x[:, 1:])[1]
         loss.backward()
-        if i:
+        if passes:  # the first pass is the warm-up
             best = min(best, time.perf_counter() - t0)
+        passes += 1
     return min(1.0, model.flops_per_token(t) * t / best / peak)
 
 
