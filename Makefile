@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo train-demo test test-compat lint format bench constraints clean
+.PHONY: install demo train-demo test test-slow test-compat lint format bench constraints clean
 
 install: $(STAMP)
 
@@ -43,10 +43,15 @@ train-demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
 	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out runs/train-demo --resume auto
 
+# `make test`: ruff and every test but the slow end-to-end ones (~12 min on 2 cores); `make test-slow` runs those
+# (~7 min; CI runs both: .ci/run).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
 
 # The tests at our seams to outside libraries (transformers, lm-eval, datasets, tokenizers, torch.compile, DDP/FSDP2)
 # in throwaway venvs with the newest releases within our ranges and with the oldest we declare; prints a table.

@@ -1,5 +1,6 @@
 """`angpt bench step`: the peer arm is the same model as our GPT+, and the table has every column filled."""
 
+import pytest
 import torch
 
 from angpt.bench.step import Qwen3Peer, bench_step, format_table
@@ -32,6 +33,7 @@ def test_matmul_peak_is_a_rate():
     assert 1e8 < matmul_peak("fp32", torch.device("cpu"), n=256, reps=2) < 1e14
 
 
+@pytest.mark.slow
 def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_other_defaults(data_dir, tmp_path):
     """benchmarks/stability_sweep.py: a second invocation with another arm keeps the first one's rows (and deletes a
     finished run's checkpoints unless told to keep them); a stored run

@@ -236,6 +236,7 @@ def test_compare_typo_shows_compares_usage(capsys):
 
 
 # ----------------------------------------------------------------------------------- 4. lm-eval tasks offline
+@pytest.mark.slow
 def test_hub_task_offline_is_one_line(run_dir, data_dir, tmp_path, capsys, monkeypatch):
     import datasets.config
     import huggingface_hub.constants

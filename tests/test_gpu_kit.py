@@ -27,6 +27,7 @@ def smoke(tmp_path_factory):
     return out, json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_step_and_writes_its_results(smoke):
     out, d = smoke
     assert [t["step"] for t in d["timeline"]] == ["data", "env", "speed", "sweep", "race"]
@@ -76,6 +77,7 @@ def test_bad_input_is_one_line_and_non_zero(tmp_path):
     assert res.returncode != 0 and "no profile 'nope'" in res.stderr
 
 
+@pytest.mark.slow
 def test_every_profile_plans_and_the_paper_batch_runs_fit_one_h100():
     from angpt.train.config import load_yaml
 

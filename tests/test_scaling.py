@@ -158,6 +158,7 @@ def test_a_fit_without_a_law_in_the_data_says_so():
 POWER = Law(E=math.exp(-50), A=400.0, alpha=0.34, B=410.0, beta=0.28)  # no irreducible term: E = 0
 
 
+@pytest.mark.slow
 def test_data_without_an_irreducible_loss_get_the_law_without_e():
     """Runs from A / N^alpha + B / D^beta (E = 0): the full fit drives E to the bottom of its search and says so;
     the nested fit (E fixed at 0) recovers the power terms, and the analysis reports it apart."""
@@ -182,6 +183,7 @@ def test_data_without_an_irreducible_loss_get_the_law_without_e():
     assert "without_e" not in fit_points([Point(**{**vars(p), "loss": float(TRUE.loss(p.N, p.D))}) for p in pts])[0]
 
 
+@pytest.mark.slow
 def test_profile_intervals_end_where_the_fit_gets_significantly_worse_and_cover_the_exponents():
     from scipy.stats import f as f_dist
 

@@ -44,6 +44,7 @@ def max_residual(run) -> float:
     return max(norms)
 
 
+@pytest.mark.slow
 def test_old_defaults_blow_up_in_three_steps_at_gpt2_small():
     """What users hit first: at 1e-3 (a quarter of the recipe's rate) the residual norm of the last layers passes
     20 after the third update (measured max ||h||: 1.04, 1.24, inf), and the next loss is in the thousands."""
@@ -51,6 +52,7 @@ def test_old_defaults_blow_up_in_three_steps_at_gpt2_small():
     assert max_residual(run) > 20, [r.get("residual_norms") for r in run.records]
 
 
+@pytest.mark.slow
 def test_defaults_keep_the_residual_stream_near_one_at_gpt2_small():
     """The same three steps at twice the rate: ||h|| stays within 20% of 1 at every layer and the loss falls
     (measured: max ||h|| 1.004, 1.027, 1.082)."""

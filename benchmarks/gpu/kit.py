@@ -571,6 +571,17 @@ def load_settings(path: Path, profile: str) -> dict:
     return tree[profile]
 
 
+def open_output(a: argparse.Namespace, profile: str, cfg: dict) -> tuple[Path, Path, Results]:
+    """The output folder, the scratch folder (`--work`, else beside OUT) and the results record, with the device."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
+    work.mkdir(parents=True, exist_ok=True)
+    res = Results(out, profile, cfg)
+    res.set("device", torch.cuda.get_device_name(0) if cfg["device"] == "cuda" and torch.cuda.is_available() else "cpu")
+    return out, work, res
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", help="the output folder (results.json, report.md, plots)")
@@ -601,12 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["device"] == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device here; run with --smoke on a CPU", file=sys.stderr)
         return 2
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
-    work.mkdir(parents=True, exist_ok=True)
-    res = Results(out, profile, cfg)
-    res.set("device", torch.cuda.get_device_name(0) if cfg["device"] == "cuda" and torch.cuda.is_available() else "cpu")
+    out, work, res = open_output(a, profile, cfg)
     deadline = res.started + cfg["deadline_s"]
     torch.backends.cuda.matmul.allow_tf32 = True  # the fp32 paths (constants, norms) as a GPU user runs them
     data = None
@@ -678,13 +684,8 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
     if cfg["device"] == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device here; rehearse with --loan --smoke on a CPU", file=sys.stderr)
         return 2
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(a.work) if a.work else out.resolve().parent / "gpu-kit-work"
-    work.mkdir(parents=True, exist_ok=True)
-    res = Results(out, profile, cfg)
+    out, work, res = open_output(a, profile, cfg)
     dev = torch.device(cfg["device"])
-    res.set("device", torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
     res.set("versions", versions(dev))
     res.set("earlier_loans", [x["loan"] for x in loans])
     torch.backends.cuda.matmul.allow_tf32 = True
