@@ -66,7 +66,6 @@ def _keys(loan_record):
     return [p["key"] for p in loan_record["pieces"] if p["status"] == "done"]
 
 
-@pytest.mark.slow
 def test_each_loan_takes_the_next_pieces_in_the_issues_order(cycle):
     root, loans, _ = cycle
     first, second, third = (_keys(x) for x in loans)
@@ -80,7 +79,6 @@ def test_each_loan_takes_the_next_pieces_in_the_issues_order(cycle):
     assert loans[0]["data"]["corpus_fingerprint"] and loans[2]["data"]["same_image_as"] == ["loan-1", "loan-2"]
 
 
-@pytest.mark.slow
 def test_the_seeds_run_at_the_rates_the_tuning_chose_by_validation_loss(cycle):
     root, loans, _ = cycle
     race = loans[0]["settings"]["race"]
@@ -102,7 +100,6 @@ def test_the_seeds_run_at_the_rates_the_tuning_chose_by_validation_loss(cycle):
     assert "a smoke test, not evidence" in md and (root / "race.png").exists()
 
 
-@pytest.mark.slow
 def test_a_loan_with_other_race_settings_is_refused_in_one_line(cycle, tmp_path):
     root, _, _ = cycle
     text = (GPU / "settings.yaml").read_text()
