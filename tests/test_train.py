@@ -261,7 +261,7 @@ def test_corrupt_or_missing_data_is_one_line_error(data_dir, tmp_path, capsys):
     assert run_cli("--arch", "gpt+", "--data", bad, *TINY, "--out", tmp_path / "o1") == 2
     assert run_cli("--arch", "gpt+", "--data", tmp_path / "none", *TINY, "--out", tmp_path / "o2") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and shard.name in err[0] and "meta.json" in err[1]
+    assert len(err) == 2 and shard.name in err[0] and "does not exist" in err[1]
 
 
 def test_existing_run_is_not_overwritten(data_dir, tmp_path, capsys):
