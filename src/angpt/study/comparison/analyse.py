@@ -9,6 +9,7 @@ from typing import Any
 
 from angpt.study.arms import format_setting
 from angpt.study.comparison.collect import ArmRuns
+from angpt.study.comparison.selection import lr_source
 from angpt.study.plan import Plan
 from angpt.study.stats import (
     detectable_difference,
@@ -409,7 +410,8 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[
             where = f" at {format_tokens(sw['budget'])}" if e["tune"] else ""
             if sw["fixed"] and sw is e["sweeps"][0]:
                 lr = format_lr(sw["best_lr"] or 0)
-                out.append(f"{label}: LR {lr} was given, not tuned by a sweep (docs/protocol.md).")
+                source = lr_source(plan, plan.arm(label))
+                out.append(f"{label}: LR {lr} is {source}, not tuned by a sweep (docs/protocol.md).")
             elif sw["best_at_edge"] and not sw["fixed"]:
                 out.append(
                     f"{label}: the best LR {format_lr(sw['best_lr'] or 0)}{where} is still at an edge of its grid "

@@ -8,6 +8,7 @@ from typing import Any
 
 from angpt.study.arms import format_setting
 from angpt.study.comparison.analyse import bounds_text, chosen_settings, reported
+from angpt.study.comparison.selection import lr_source, selects
 from angpt.study.plan import Plan
 from angpt.study.units import format_lr, format_tokens
 
@@ -77,6 +78,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     """report.md: verdicts, warnings, the tables, provenance and how to read them."""
     arms, base = report["arms"], plan.baseline
     mach, ds = report["machine"], report["dataset"]
+    swept = selects(plan)
     hz = report.get("horizon") or {}
     smoke = " — smoke test, not evidence" if hz.get("short") else ""
     partial = report.get("partial")
@@ -248,7 +250,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
 
     lines += [
         "",
-        "## Training stability at the chosen LR",
+        "## Training stability at the chosen LR" if swept else "## Training stability",
         "",
         "The largest pre-clip gradient norm of each arm's runs against that run's median (flagged above 100x), and "
         "loss spikes (a training loss above 1.5x the running mean of the losses before it).",
@@ -278,21 +280,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         ratio = f"{e['step_time_ratio']:.3f}" if e["step_time_ratio"] else "–"
         lines.append(f"| {label} | {_fmt(e['step_time_median'], 4)} | {ratio} |")
 
-    lines += [
-        "",
-        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
-        "",
-        "| arm | tokens | lr | setting | final val loss | |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, e in arms.items():
-        for sw in e["sweeps"]:
-            for row in sw["rows"]:
-                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
-                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
-                setting = format_setting(tuple(row["setting"].items())) or "–"
-                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
-                lines.append("| " + " | ".join(cells) + " |")
+    if swept:  # a one-point grid is no sweep: its table would show each arm's one run as "best"
+        lines += _sweep_table(plan, arms)
 
     checks = {label: e["lr_check"] for label, e in arms.items() if e.get("lr_check")}
     if checks:
@@ -323,7 +312,12 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         "## How to read this",
         "",
         "- Every arm saw the same tokens in the same order (same dataset, batch, sequence length and seeds), with "
-        "parameters in fp32 and no run stopped early; each arm's peak LR comes from its own sweep.",
+        "parameters in fp32 and no run stopped early; "
+        + (
+            "each arm's peak LR comes from its own sweep."
+            if swept
+            else "each arm ran at the one peak LR named under selection above (no sweep ran)."
+        ),
         "- The verdict leads with the difference in final loss at the largest budget: the paired test uses each "
         "seed's difference, which removes the noise the arms share (same init seed, same data order).",
         "- A speedup is measured only between budgets that were trained; a loss outside that range is reported as "
@@ -343,6 +337,26 @@ def _lr_cell(e: dict[str, Any]) -> str:
     if e.get("tune"):
         return "per budget"
     return format_lr(next(iter(lrs)))
+
+
+def _sweep_table(plan: Plan, arms: dict[str, Any]) -> list[str]:
+    """Every sweep run of every arm, its final validation loss and which one was chosen."""
+    lines = [
+        "",
+        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
+        "",
+        "| arm | tokens | lr | setting | final val loss | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, e in arms.items():
+        for sw in e["sweeps"]:
+            for row in sw["rows"]:
+                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
+                setting = format_setting(tuple(row["setting"].items())) or "–"
+                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _missing(row: dict[str, Any], n_seeds: int) -> str | None:
@@ -401,8 +415,11 @@ def _selection_line(plan: Plan, ds: dict[str, Any]) -> str:
     cover = f"{min(n, tokens):,} of its {tokens:,} tokens" if tokens else f"{n:,} tokens"
     cover += f" ({docs} documents)" if docs else ""
     cover += ", windows evenly spaced over the whole split" if tokens and n < tokens else ", the whole split"
-    if all(len(plan.initial_grid(a)) == 1 and len(a.settings()) == 1 for a in plan.arms):
-        how = "- selection: none (one learning rate per arm, the recipe's or --lr's, and nothing else tuned)"
+    if not selects(plan):
+        rates = ", ".join(
+            f"{a.label} at {format_lr(plan.initial_grid(a)[0])} ({lr_source(plan, a)})" for a in plan.arms
+        )
+        how = f"- selection: none (one learning rate per arm and nothing else tuned; no sweep ran): {rates}"
     elif plan.tuning_seed is None:
         how = (
             f"- selection: learning rates chosen on seed {plan.sweep_seed}, by the validation loss, and that seed's "
