@@ -26,3 +26,9 @@ def test_a_one_point_grid_shows_no_sweep_and_names_each_rates_source(demo):
     for arm in plan.arms:
         lr = format_lr(plan.initial_grid(arm)[0])
         assert f"{arm.label} at {lr} (its recipe's default at preset tiny)" in md
+
+
+def test_one_seed_has_no_test_and_no_holm(demo):
+    _, md = demo
+    assert "Holm" not in md and "0 tests" not in md
+    assert "No interval or test: one seed." in md

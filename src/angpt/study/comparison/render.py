@@ -177,11 +177,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"## Final loss against {base}",
             "",
-            f"Mean over seeds of the per-seed difference L_arm - L_{base} (negative: the arm is better), its 95% "
-            "confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: init and data "
-            "order), its Holm-adjusted value over "
-            + (report.get("multiple_comparisons") or {}).get("family", "the report's tests")
-            + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%).",
+            _difference_intro(plan, report.get("multiple_comparisons") or {}),
             "",
             "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
             "|---|" + "---|" * len(plan.budgets),
@@ -337,6 +333,20 @@ def _lr_cell(e: dict[str, Any]) -> str:
     if e.get("tune"):
         return "per budget"
     return format_lr(next(iter(lrs)))
+
+
+def _difference_intro(plan: Plan, family: dict[str, Any]) -> str:
+    """What the difference table holds; Holm's correction is named only where there are tests to correct."""
+    head = f"Mean over seeds of the per-seed difference L_arm - L_{plan.baseline} (negative: the arm is better)"
+    if family.get("n_tests") == 0:  # nothing to adjust: naming Holm over "0 tests" only confuses
+        why = "one seed" if len(plan.seeds) == 1 else "each cell says why"
+        return f"{head}. No interval or test: {why}."
+    return (
+        f"{head}, its 95% confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: "
+        "init and data order), its Holm-adjusted value over "
+        + family.get("family", "the report's tests")
+        + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%)."
+    )
 
 
 def _sweep_table(plan: Plan, arms: dict[str, Any]) -> list[str]:
