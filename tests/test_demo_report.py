@@ -32,3 +32,11 @@ def test_one_seed_has_no_test_and_no_holm(demo):
     _, md = demo
     assert "Holm" not in md and "0 tests" not in md
     assert "No interval or test: one seed." in md
+
+
+def test_a_smoke_test_says_not_evidence_once_at_the_top_with_its_reasons(demo):
+    _, md = demo
+    lines = md.splitlines()
+    assert md.count("not evidence") == 1 and "smoke test, not evidence" in lines[0]
+    assert "optimizer steps (< 1,000)" in lines[2] and "0.5B parameters" in lines[2]  # why, right under the title
+    assert "## Verdict\n" in md

@@ -317,9 +317,10 @@ def difference_text(plan: Plan, row: dict[str, Any]) -> str:
     return text
 
 
-def one_budget_text(plan: Plan, label: str, row: dict[str, Any]) -> str:
+def one_budget_text(plan: Plan, label: str, row: dict[str, Any], smoke: bool = False) -> str:
     """A one-budget comparison in a plain sentence: how far apart the arms ended, and that it is not a speedup.
-    'angpt ended 0.13 nats lower than gpt+ after 1,000 steps, one seed: a demonstration, not evidence.'"""
+    'angpt ended 0.13 nats lower than gpt+ after 1,000 steps, one seed: a demonstration, not evidence.' A smoke
+    test's report says "not evidence" once at its top, so its sentence leaves that out."""
     md = (row.get("difference") or {}).get("mean_diff")
     steps = row["budget"] // plan.batch_tokens
     if md is None:
@@ -329,9 +330,8 @@ def one_budget_text(plan: Plan, label: str, row: dict[str, Any]) -> str:
         f"{label} ended {abs(md):.2f} nats {'lower' if md < 0 else 'higher'} than {plan.baseline} after {steps:,} steps"
     )
     if n == 1:
-        return (
-            f"{head}, one seed: a demonstration, not evidence (a speedup needs several budgets, a test several seeds)."
-        )
+        kind = "a demonstration" if smoke else "a demonstration, not evidence"
+        return f"{head}, one seed: {kind} (a speedup needs several budgets, a test several seeds)."
     return f"{head} ({difference_text(plan, row)}); one budget: a speedup needs several (docs/protocol.md)."
 
 
@@ -370,7 +370,7 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
         return "; ".join(parts) + "."
     last = rows[-1]
     if len(plan.budgets) == 1:
-        return prefix + one_budget_text(plan, label, last)
+        return prefix + one_budget_text(plan, label, last, smoke)
     parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
     sp = entry.get("speedup")
     if sp is None:

@@ -8,9 +8,13 @@ from typing import Any
 
 from angpt.study.arms import format_setting
 from angpt.study.comparison.analyse import bounds_text, chosen_settings, reported
+from angpt.study.comparison.horizon import SMOKE
 from angpt.study.comparison.selection import lr_source, selects
 from angpt.study.plan import Plan
 from angpt.study.units import format_lr, format_tokens
+
+# Why a small comparison is not evidence even where its horizon is long enough (the paper's runs, Section 4).
+AT_SCALE = "need not survive at the paper's scale (0.5B parameters, 10B+ tokens)"
 
 
 def _fmt(x: float | None, nd: int = 4) -> str:
@@ -80,7 +84,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     mach, ds = report["machine"], report["dataset"]
     swept = selects(plan)
     hz = report.get("horizon") or {}
-    smoke = " — smoke test, not evidence" if hz.get("short") else ""
+    smoke = f" — {SMOKE}" if hz.get("short") else ""
     partial = report.get("partial")
     title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}"
     lines = [title + (" — PARTIAL" if partial else ""), ""]
@@ -92,6 +96,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "([runs](#runs-so-far) below).",
             "",
         ]
+    if smoke:  # said once, with its reasons, under a partial report's notice: no section below repeats it
+        lines += [_smoke_line(hz["message"]), ""]
     lines += [
         f"- date: {mach['date']}",
         f"- command: `{report['command']}`",
@@ -116,7 +122,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         lines.append(
             f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
             f"per parameter ({hz['params']:,} parameters of {hz['arm']}, embeddings included; "
-            f"{hz['params_non_embedding']:,} without)" + (": a smoke test" if hz["short"] else "")
+            f"{hz['params_non_embedding']:,} without)"
         )
     if plan.settings:
         lines.append(f"- settings for every arm: {', '.join(f'{k}={v}' for k, v in plan.settings.items())}")
@@ -127,15 +133,14 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             f"- --jobs auto: measured jobs x threads on {jm['arm']} ({jm['steps']} steps each): {cands}; chose "
             f"{jm['jobs']}x{jm['threads']} (one short measurement on a shared machine: noisy)"
         )
-    lines += ["", "## Verdict" + (" (smoke test, not evidence)" if hz.get("short") else ""), ""]
-    if hz.get("short"):
-        lines += [f"**{hz['message']}.**", ""]
+    lines += ["", "## Verdict", ""]
     lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
     how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
     lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
     lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
-    if report["warnings"]:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
+    warned = [w for w in report["warnings"] if not (smoke and w == hz["message"])]  # the top says it
+    if warned:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warned]
 
     head = "| arm | lr | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |"
     sep = "|---|---|" + "---|" * len(plan.budgets)
@@ -318,8 +323,13 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         "seed's difference, which removes the noise the arms share (same init seed, same data order).",
         "- A speedup is measured only between budgets that were trained; a loss outside that range is reported as "
         "a bound. Step times are this machine's, with these jobs running side by side.",
-        "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
-        "percent at small scale need not survive at the paper's scale (0.5B parameters, 10B+ tokens).",
+    ]
+    if not smoke:
+        lines.append(
+            "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
+            f"percent at small scale {AT_SCALE}."
+        )
+    lines += [
         "- Every run's metrics: runs/<arm>/<budget>/seed<seed>/lr<lr>/metrics.jsonl; all numbers: report.json.",
         "",
     ]
@@ -333,6 +343,12 @@ def _lr_cell(e: dict[str, Any]) -> str:
     if e.get("tune"):
         return "per budget"
     return format_lr(next(iter(lrs)))
+
+
+def _smoke_line(message: str) -> str:
+    """The horizon's message under the title that already says SMOKE: why, and what it means for the numbers."""
+    why = message.removeprefix(f"{SMOKE}: ")
+    return f"**{why[:1].upper()}{why[1:]}.** Differences of a few percent at small scale {AT_SCALE}."
 
 
 def _difference_intro(plan: Plan, family: dict[str, Any]) -> str:
