@@ -9,6 +9,7 @@ from typing import Any
 from angpt.study.arms import format_setting
 from angpt.study.comparison.analyse import bounds_text, chosen_settings, reported
 from angpt.study.comparison.horizon import SMOKE
+from angpt.study.comparison.plots import CURVES_NOT_TEST
 from angpt.study.comparison.selection import lr_source, selects
 from angpt.study.plan import Plan
 from angpt.study.units import format_lr, format_tokens
@@ -308,6 +309,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         lines += _runs_so_far(plan, partial)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
+        if "val_loss_vs_tokens" in plots and plan.report_split == "test":
+            lines += ["", f"The loss curves are validation losses during training: {CURVES_NOT_TEST}."]
     lines += [
         "",
         "## How to read this",
