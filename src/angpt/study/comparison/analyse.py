@@ -9,6 +9,7 @@ from typing import Any
 
 from angpt.study.arms import format_setting
 from angpt.study.comparison.collect import ArmRuns
+from angpt.study.comparison.selection import lr_source
 from angpt.study.plan import Plan
 from angpt.study.stats import (
     detectable_difference,
@@ -316,9 +317,10 @@ def difference_text(plan: Plan, row: dict[str, Any]) -> str:
     return text
 
 
-def one_budget_text(plan: Plan, label: str, row: dict[str, Any]) -> str:
+def one_budget_text(plan: Plan, label: str, row: dict[str, Any], smoke: bool = False) -> str:
     """A one-budget comparison in a plain sentence: how far apart the arms ended, and that it is not a speedup.
-    'angpt ended 0.13 nats lower than gpt+ after 1,000 steps, one seed: a demonstration, not evidence.'"""
+    'angpt ended 0.13 nats lower than gpt+ after 1,000 steps, one seed: a demonstration, not evidence.' A smoke
+    test's report says "not evidence" once at its top, so its sentence leaves that out."""
     md = (row.get("difference") or {}).get("mean_diff")
     steps = row["budget"] // plan.batch_tokens
     if md is None:
@@ -328,9 +330,8 @@ def one_budget_text(plan: Plan, label: str, row: dict[str, Any]) -> str:
         f"{label} ended {abs(md):.2f} nats {'lower' if md < 0 else 'higher'} than {plan.baseline} after {steps:,} steps"
     )
     if n == 1:
-        return (
-            f"{head}, one seed: a demonstration, not evidence (a speedup needs several budgets, a test several seeds)."
-        )
+        kind = "a demonstration" if smoke else "a demonstration, not evidence"
+        return f"{head}, one seed: {kind} (a speedup needs several budgets, a test several seeds)."
     return f"{head} ({difference_text(plan, row)}); one budget: a speedup needs several (docs/protocol.md)."
 
 
@@ -369,7 +370,7 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
         return "; ".join(parts) + "."
     last = rows[-1]
     if len(plan.budgets) == 1:
-        return prefix + one_budget_text(plan, label, last)
+        return prefix + one_budget_text(plan, label, last, smoke)
     parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
     sp = entry.get("speedup")
     if sp is None:
@@ -409,7 +410,8 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[
             where = f" at {format_tokens(sw['budget'])}" if e["tune"] else ""
             if sw["fixed"] and sw is e["sweeps"][0]:
                 lr = format_lr(sw["best_lr"] or 0)
-                out.append(f"{label}: LR {lr} was given, not tuned by a sweep (docs/protocol.md).")
+                source = lr_source(plan, plan.arm(label))
+                out.append(f"{label}: LR {lr} is {source}, not tuned by a sweep (docs/protocol.md).")
             elif sw["best_at_edge"] and not sw["fixed"]:
                 out.append(
                     f"{label}: the best LR {format_lr(sw['best_lr'] or 0)}{where} is still at an edge of its grid "

@@ -17,6 +17,7 @@ from angpt.study.units import format_tokens
 
 MIN_STEPS = 1000
 MIN_TOKENS_PER_PARAM = 10.0
+SMOKE = "smoke test, not evidence"  # what a report below either minimum is, said once at the top of its report
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Horizon:
                 f"parameters of {self.arm}, embeddings included)"
             )
         return (
-            f"smoke test, not evidence: the largest budget ({format_tokens(self.tokens)} tokens) is "
+            f"{SMOKE}: the largest budget ({format_tokens(self.tokens)} tokens) is "
             f"{' and '.join(short)}; evidence needs >= {MIN_STEPS:,} steps and >= {MIN_TOKENS_PER_PARAM:g} tokens "
             "per parameter (docs/protocol.md#horizon)"
         )

@@ -16,6 +16,9 @@ from angpt.study.units import format_lr, format_tokens
 # would flatten every other curve: such a plot gets a log y axis.
 LOG_Y_RATIO = 2.0
 
+# The test split is measured only at a run's end, so the curves stay on validation and say which split the tables use.
+CURVES_NOT_TEST = "the tables give the held-out test loss, measured once at the end"
+
 NO_MATPLOTLIB = "matplotlib is not installed: no plots were drawn (pip install 'angpt[plot]')."
 
 
@@ -28,6 +31,13 @@ def wants_log_y(values: Sequence[float]) -> bool:
 def spread_note(n_seeds: int, what: str = "band") -> str:
     """'band: ±1 std over 3 seeds', or 'one seed' when there is no spread to show."""
     return f"{what}: ±1 std over {n_seeds} seeds" if n_seeds > 1 else "one seed, no spread"
+
+
+def curves_title(plan: Plan, n_seeds: int) -> str:
+    """The loss curves' title: they are validation losses (evaluated during training), and where the tables report
+    the test split (measured once, at the end) it says so, lest the two be read as one number."""
+    title = f"validation loss during training, {format_tokens(plan.budgets[-1])}-token runs ({spread_note(n_seeds)})"
+    return title + (f"\n{CURVES_NOT_TEST}" if plan.report_split == "test" else "")
 
 
 def tokens_label(x: float, _pos: Any = None) -> str:
@@ -77,7 +87,7 @@ def write_plots(
     ax.xaxis.set_major_formatter(FuncFormatter(tokens_label))
     ax.set_xlabel("tokens")
     ax.set_ylabel("validation loss (nats/token)" + (", log scale" if wants_log_y(plotted) else ""))
-    ax.set_title(f"validation loss, {format_tokens(plan.budgets[-1])}-token runs ({spread_note(n_seeds)})")
+    ax.set_title(curves_title(plan, n_seeds), fontsize=10)
     ax.grid(alpha=0.3)
     if plotted:  # a partial report may have no finished curve at the largest budget yet
         ax.legend(fontsize=8)

@@ -8,8 +8,14 @@ from typing import Any
 
 from angpt.study.arms import format_setting
 from angpt.study.comparison.analyse import bounds_text, chosen_settings, reported
+from angpt.study.comparison.horizon import SMOKE
+from angpt.study.comparison.plots import CURVES_NOT_TEST
+from angpt.study.comparison.selection import lr_source, selects
 from angpt.study.plan import Plan
 from angpt.study.units import format_lr, format_tokens
+
+# Why a small comparison is not evidence even where its horizon is long enough (the paper's runs, Section 4).
+AT_SCALE = "need not survive at the paper's scale (0.5B parameters, 10B+ tokens)"
 
 
 def _fmt(x: float | None, nd: int = 4) -> str:
@@ -77,8 +83,9 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     """report.md: verdicts, warnings, the tables, provenance and how to read them."""
     arms, base = report["arms"], plan.baseline
     mach, ds = report["machine"], report["dataset"]
+    swept = selects(plan)
     hz = report.get("horizon") or {}
-    smoke = " — smoke test, not evidence" if hz.get("short") else ""
+    smoke = f" — {SMOKE}" if hz.get("short") else ""
     partial = report.get("partial")
     title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}"
     lines = [title + (" — PARTIAL" if partial else ""), ""]
@@ -90,6 +97,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "([runs](#runs-so-far) below).",
             "",
         ]
+    if smoke:  # said once, with its reasons, under a partial report's notice: no section below repeats it
+        lines += [_smoke_line(hz["message"]), ""]
     lines += [
         f"- date: {mach['date']}",
         f"- command: `{report['command']}`",
@@ -114,7 +123,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         lines.append(
             f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
             f"per parameter ({hz['params']:,} parameters of {hz['arm']}, embeddings included; "
-            f"{hz['params_non_embedding']:,} without)" + (": a smoke test" if hz["short"] else "")
+            f"{hz['params_non_embedding']:,} without)"
         )
     if plan.settings:
         lines.append(f"- settings for every arm: {', '.join(f'{k}={v}' for k, v in plan.settings.items())}")
@@ -125,15 +134,14 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             f"- --jobs auto: measured jobs x threads on {jm['arm']} ({jm['steps']} steps each): {cands}; chose "
             f"{jm['jobs']}x{jm['threads']} (one short measurement on a shared machine: noisy)"
         )
-    lines += ["", "## Verdict" + (" (smoke test, not evidence)" if hz.get("short") else ""), ""]
-    if hz.get("short"):
-        lines += [f"**{hz['message']}.**", ""]
+    lines += ["", "## Verdict", ""]
     lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
     how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
     lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
     lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
-    if report["warnings"]:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in report["warnings"]]
+    warned = [w for w in report["warnings"] if not (smoke and w == hz["message"])]  # the top says it
+    if warned:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warned]
 
     head = "| arm | lr | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |"
     sep = "|---|---|" + "---|" * len(plan.budgets)
@@ -175,11 +183,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
             f"## Final loss against {base}",
             "",
-            f"Mean over seeds of the per-seed difference L_arm - L_{base} (negative: the arm is better), its 95% "
-            "confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: init and data "
-            "order), its Holm-adjusted value over "
-            + (report.get("multiple_comparisons") or {}).get("family", "the report's tests")
-            + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%).",
+            _difference_intro(plan, report.get("multiple_comparisons") or {}),
             "",
             "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
             "|---|" + "---|" * len(plan.budgets),
@@ -248,7 +252,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
 
     lines += [
         "",
-        "## Training stability at the chosen LR",
+        "## Training stability at the chosen LR" if swept else "## Training stability",
         "",
         "The largest pre-clip gradient norm of each arm's runs against that run's median (flagged above 100x), and "
         "loss spikes (a training loss above 1.5x the running mean of the losses before it).",
@@ -278,21 +282,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         ratio = f"{e['step_time_ratio']:.3f}" if e["step_time_ratio"] else "–"
         lines.append(f"| {label} | {_fmt(e['step_time_median'], 4)} | {ratio} |")
 
-    lines += [
-        "",
-        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
-        "",
-        "| arm | tokens | lr | setting | final val loss | |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, e in arms.items():
-        for sw in e["sweeps"]:
-            for row in sw["rows"]:
-                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
-                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
-                setting = format_setting(tuple(row["setting"].items())) or "–"
-                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
-                lines.append("| " + " | ".join(cells) + " |")
+    if swept:  # a one-point grid is no sweep: its table would show each arm's one run as "best"
+        lines += _sweep_table(plan, arms)
 
     checks = {label: e["lr_check"] for label, e in arms.items() if e.get("lr_check")}
     if checks:
@@ -318,18 +309,30 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         lines += _runs_so_far(plan, partial)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
+        if "val_loss_vs_tokens" in plots and plan.report_split == "test":
+            lines += ["", f"The loss curves are validation losses during training: {CURVES_NOT_TEST}."]
     lines += [
         "",
         "## How to read this",
         "",
         "- Every arm saw the same tokens in the same order (same dataset, batch, sequence length and seeds), with "
-        "parameters in fp32 and no run stopped early; each arm's peak LR comes from its own sweep.",
+        "parameters in fp32 and no run stopped early; "
+        + (
+            "each arm's peak LR comes from its own sweep."
+            if swept
+            else "each arm ran at the one peak LR named under selection above (no sweep ran)."
+        ),
         "- The verdict leads with the difference in final loss at the largest budget: the paired test uses each "
         "seed's difference, which removes the noise the arms share (same init seed, same data order).",
         "- A speedup is measured only between budgets that were trained; a loss outside that range is reported as "
         "a bound. Step times are this machine's, with these jobs running side by side.",
-        "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
-        "percent at small scale need not survive at the paper's scale (0.5B parameters, 10B+ tokens).",
+    ]
+    if not smoke:
+        lines.append(
+            "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
+            f"percent at small scale {AT_SCALE}."
+        )
+    lines += [
         "- Every run's metrics: runs/<arm>/<budget>/seed<seed>/lr<lr>/metrics.jsonl; all numbers: report.json.",
         "",
     ]
@@ -343,6 +346,46 @@ def _lr_cell(e: dict[str, Any]) -> str:
     if e.get("tune"):
         return "per budget"
     return format_lr(next(iter(lrs)))
+
+
+def _smoke_line(message: str) -> str:
+    """The horizon's message under the title that already says SMOKE: why, and what it means for the numbers."""
+    why = message.removeprefix(f"{SMOKE}: ")
+    return f"**{why[:1].upper()}{why[1:]}.** Differences of a few percent at small scale {AT_SCALE}."
+
+
+def _difference_intro(plan: Plan, family: dict[str, Any]) -> str:
+    """What the difference table holds; Holm's correction is named only where there are tests to correct."""
+    head = f"Mean over seeds of the per-seed difference L_arm - L_{plan.baseline} (negative: the arm is better)"
+    if family.get("n_tests") == 0:  # nothing to adjust: naming Holm over "0 tests" only confuses
+        why = "one seed" if len(plan.seeds) == 1 else "each cell says why"
+        return f"{head}. No interval or test: {why}."
+    return (
+        f"{head}, its 95% confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: "
+        "init and data order), its Holm-adjusted value over "
+        + family.get("family", "the report's tests")
+        + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%)."
+    )
+
+
+def _sweep_table(plan: Plan, arms: dict[str, Any]) -> list[str]:
+    """Every sweep run of every arm, its final validation loss and which one was chosen."""
+    lines = [
+        "",
+        f"## Learning-rate sweeps (seed {plan.sweep_seed})",
+        "",
+        "| arm | tokens | lr | setting | final val loss | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, e in arms.items():
+        for sw in e["sweeps"]:
+            for row in sw["rows"]:
+                mark = "best" if row["lr"] == sw["best_lr"] and row["setting"] == sw["best_setting"] else ""
+                loss = _fmt(row["val_loss"]) if row["val_loss"] is not None else "diverged"
+                setting = format_setting(tuple(row["setting"].items())) or "–"
+                cells = [label, format_tokens(sw["budget"]), format_lr(row["lr"]), setting, loss, mark]
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _missing(row: dict[str, Any], n_seeds: int) -> str | None:
@@ -401,8 +444,11 @@ def _selection_line(plan: Plan, ds: dict[str, Any]) -> str:
     cover = f"{min(n, tokens):,} of its {tokens:,} tokens" if tokens else f"{n:,} tokens"
     cover += f" ({docs} documents)" if docs else ""
     cover += ", windows evenly spaced over the whole split" if tokens and n < tokens else ", the whole split"
-    if all(len(plan.initial_grid(a)) == 1 and len(a.settings()) == 1 for a in plan.arms):
-        how = "- selection: none (one learning rate per arm, the recipe's or --lr's, and nothing else tuned)"
+    if not selects(plan):
+        rates = ", ".join(
+            f"{a.label} at {format_lr(plan.initial_grid(a)[0])} ({lr_source(plan, a)})" for a in plan.arms
+        )
+        how = f"- selection: none (one learning rate per arm and nothing else tuned; no sweep ran): {rates}"
     elif plan.tuning_seed is None:
         how = (
             f"- selection: learning rates chosen on seed {plan.sweep_seed}, by the validation loss, and that seed's "
