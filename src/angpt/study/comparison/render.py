@@ -68,17 +68,6 @@ def _diff_cell(row: dict[str, Any]) -> str:
     return text
 
 
-def clean_json(x: Any) -> Any:
-    """Non-finite floats -> None, so the file is strict JSON."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): clean_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [clean_json(v) for v in x]
-    return x
-
-
 def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) -> str:
     """report.md: verdicts, warnings, the tables, provenance and how to read them."""
     arms, base = report["arms"], plan.baseline

@@ -9,11 +9,11 @@ from typing import Any
 from angpt.study.comparison.analyse import analyse, correct_for_multiplicity, verdict, warnings
 from angpt.study.comparison.collect import collect
 from angpt.study.comparison.plots import write_plots
-from angpt.study.comparison.render import clean_json, render_markdown
+from angpt.study.comparison.render import render_markdown
 from angpt.study.comparison.samples import render_samples, sample_arms
 from angpt.study.machine import dataset_summary, machine_info
 from angpt.study.plan import Plan
-from angpt.study.store import write_json, write_text
+from angpt.study.store import clean_json, write_json, write_text
 from angpt.study.stored import Stored, read_store
 from angpt.study.sweep import Sweeps, lr_check
 
