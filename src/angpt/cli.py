@@ -80,11 +80,14 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         text_field=args.text_field,
         doc_separator=args.doc_separator,
+        encoding_errors=args.encoding_errors,
         workers=args.workers,
         progress=not args.quiet,
     )
     splits = meta.get("splits", {})
     summary = ", ".join(f"{k}: {v.get('tokens', 0):,} tokens" for k, v in splits.items())
+    if meta.get("skipped_files"):
+        summary += f"; {len(meta['skipped_files'])} file(s) left out as not UTF-8"
     print(f"{args.out}: {meta.get('tokenizer', {}).get('spec', args.tokenizer)} vocab {meta['vocab_size']}; {summary}")
     return 0
 
@@ -366,6 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REGEX",
         help="how .txt files are cut into documents (default: a single .txt file at blank lines, a folder's files "
         "whole; '' keeps files whole)",
+    )
+    s.add_argument(
+        "--encoding-errors",
+        choices=("skip", "replace", "strict"),
+        default="skip",
+        help="a file that is not UTF-8: skip it with a warning (default), replace its bad bytes with U+FFFD, or "
+        "strict: stop with an error naming it",
     )
     s.add_argument("--workers", type=int, default=None)
     s.add_argument("--quiet", action="store_true")

@@ -65,6 +65,7 @@ def prepare_dataset(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES,
     doc_separator: str | None = None,
+    encoding_errors: str = "skip",
 ) -> dict:
     """Tokenize ``source`` into train/val token shards in ``out_dir`` and return the dataset's meta dict.
 
@@ -90,6 +91,10 @@ def prepare_dataset(
             file of a folder is one document; a regex: every ``.txt`` file is cut at its matches; ``""``: every
             ``.txt`` file is one document. See :mod:`angpt.data.sources`; the rule applied is recorded as
             ``options.doc_separator`` (None for whole files).
+        encoding_errors: what a file that is not UTF-8 does (see :mod:`angpt.data.sources`): ``"skip"`` leaves it
+            out with a warning naming it (listed in ``meta.json`` as ``skipped_files``), so one stray Latin-1 file
+            does not stop a long prepare; ``"replace"`` keeps it with U+FFFD for each bad byte; ``"strict"`` stops
+            with a one-line error naming the file.
 
     Refused with a one-line DataError, writing nothing: a train split that would be empty, and a validation
     split that would be empty although ``val_fraction > 0`` (one document, say a single ``.txt`` file without
@@ -112,7 +117,7 @@ def prepare_dataset(
     _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
     if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
         raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.005")
-    src = open_source(source, text_field, doc_separator)
+    src = open_source(source, text_field, doc_separator, encoding_errors)
     options = {
         "source": src.name,
         "tokenizer": spec,
@@ -124,9 +129,13 @@ def prepare_dataset(
         "shard_tokens": int(shard_tokens),
         "tokenizer_train_bytes": int(tokenizer_train_bytes),
         "doc_separator": src.doc_separator,
+        "encoding_errors": encoding_errors,
     }
     out_dir = Path(out_dir).expanduser().absolute()
-    existing = _existing_dataset(out_dir, options, lenient=() if given_test else ("test_fraction",))
+    # A dataset that predates an option is compared without it where the option's value is what happened then: no
+    # test split unless asked for, and files that were not UTF-8 left out (stdlib) or stopping the prepare (others).
+    lenient = (() if given_test else ("test_fraction",)) + (("encoding_errors",) if encoding_errors == "skip" else ())
+    existing = _existing_dataset(out_dir, options, lenient)
     if existing is not None:
         return existing
 
@@ -149,9 +158,22 @@ def prepare_dataset(
             except OSError:
                 break
         raise
-    for line in split_warnings(meta):
+    for line in skip_warnings(meta) + split_warnings(meta):
         print(f"warning: {line}", file=sys.stderr)
     return meta
+
+
+def skip_warnings(meta: dict) -> list[str]:
+    """The files a dataset left out because they are not UTF-8, named, with the options that keep them."""
+    skipped = meta.get("skipped_files", [])
+    if not skipped:
+        return []
+    names = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more (all in meta.json)" if len(skipped) > 5 else "")
+    files = "file that is" if len(skipped) == 1 else "files that are"
+    return [
+        f"left out {len(skipped)} {files} not UTF-8 text: {names}; --encoding-errors replace keeps them with "
+        "U+FFFD for the bad bytes, or convert them to UTF-8"
+    ]
 
 
 # A validation split below these measures little: the loss of 50K tokens from 20 documents moves by a few
@@ -340,6 +362,11 @@ def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> N
     total, vf = train + val, options["val_fraction"]
     if total == 0:
         files = getattr(src, "files", ())
+        if src.skipped:
+            raise DataError(
+                f"source {src.name} yielded no documents: its files are not UTF-8 text ({src.skipped[0]}"
+                f"{' and more' if len(src.skipped) > 1 else ''}); pass --encoding-errors replace or convert them"
+            )
         if files and all(f.suffix == ".txt" for f in files):
             raise DataError(f"source {src.name} yielded no documents: its .txt files are empty; check the path")
         raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
@@ -443,5 +470,6 @@ def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, se
         "documents": sum(v["documents"] for v in splits.values()),
         "tokens": sum(v["tokens"] for v in splits.values()),
         "bytes": sum(v["bytes"] for v in splits.values()),
+        "skipped_files": list(src.skipped),  # not UTF-8, left out (encoding_errors skip)
         "splits": splits,
     }

@@ -1,0 +1,69 @@
+"""`angpt prepare` on a first corpus of one's own: a file that is not UTF-8, re-preparing a folder, and a held-out
+share that suits a small corpus. Each test failed with its fix removed."""
+
+import json
+
+import pytest
+
+from angpt.cli import main
+from angpt.data import load_meta, prepare_dataset
+from angpt.errors import DataError
+
+from .test_data import decode_docs, file_state, make_docs
+from .test_faults_data import no_temp_folders, one_line
+
+
+# ------------------------------------------------------------------------------------- files that are not UTF-8
+@pytest.fixture
+def mixed(tmp_path):
+    """A folder of ten UTF-8 .txt files and one Latin-1 file (b'caf\\xe9')."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for i, doc in enumerate(make_docs(10)):
+        (folder / f"{i:02d}.txt").write_text(doc, encoding="utf-8")
+    (folder / "latin1.txt").write_bytes(b"caf\xe9\n")
+    return folder
+
+
+def test_a_file_that_is_not_utf8_is_left_out_with_a_warning_naming_it(mixed, tmp_path, capsys):
+    meta = prepare_dataset(mixed, "bytes", tmp_path / "out", val_fraction=0.2, progress=False)
+    assert meta["skipped_files"] == [str(mixed / "latin1.txt")] and meta["documents"] == 10
+    assert load_meta(tmp_path / "out")["skipped_files"] == meta["skipped_files"]
+    err = capsys.readouterr().err
+    assert "left out 1 file that is not UTF-8 text" in err and "latin1.txt" in err, err
+    assert "--encoding-errors replace" in err
+    # the CLI's summary counts it
+    args = ["prepare", "--source", str(mixed), "--tokenizer", "bytes", "--val-fraction", "0.2", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "cli")]) == 0
+    assert "1 file(s) left out as not UTF-8" in capsys.readouterr().out
+
+
+def test_encoding_errors_replace_keeps_the_file(mixed, tmp_path):
+    meta = prepare_dataset(
+        mixed, "bytes", tmp_path / "out", val_fraction=0.2, encoding_errors="replace", progress=False
+    )
+    assert meta["skipped_files"] == [] and meta["documents"] == 11
+    docs = [d for split in meta["splits"] for d in decode_docs(tmp_path / "out", split)]
+    assert "caf\ufffd\n" in docs
+
+
+def test_encoding_errors_strict_is_a_one_line_error_naming_the_file_and_the_option(mixed, tmp_path, capsys):
+    with pytest.raises(DataError) as e:
+        prepare_dataset(mixed, "bytes", tmp_path / "out", encoding_errors="strict", progress=False)
+    assert "latin1.txt" in one_line(e) and "--encoding-errors skip" in one_line(e)
+    args = ["prepare", "--source", str(mixed), "--tokenizer", "bytes", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*args, "--encoding-errors", "strict"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "latin1.txt" in err[0], err
+    assert not (tmp_path / "out").exists() and no_temp_folders(tmp_path)
+
+
+def test_a_dataset_prepared_before_encoding_errors_existed_is_reused(mixed, tmp_path):
+    out = tmp_path / "out"
+    prepare_dataset(mixed, "bytes", out, val_fraction=0.2, progress=False)
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["options"]["encoding_errors"]  # as an older angpt wrote it
+    (out / "meta.json").write_text(json.dumps(meta))
+    before = file_state(out)
+    assert prepare_dataset(mixed, "bytes", out, val_fraction=0.2, progress=False)["documents"] == 10
+    assert file_state(out) == before
