@@ -2,6 +2,8 @@
 share that suits a small corpus. Each test failed with its fix removed."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +11,7 @@ from angpt.cli import main
 from angpt.data import load_meta, prepare_dataset
 from angpt.errors import DataError
 
-from .test_data import decode_docs, file_state, make_docs
+from .test_data import decode_docs, expected_split, file_state, make_docs, write_source
 from .test_faults_data import no_temp_folders, one_line
 
 
@@ -67,3 +69,63 @@ def test_a_dataset_prepared_before_encoding_errors_existed_is_reused(mixed, tmp_
     before = file_state(out)
     assert prepare_dataset(mixed, "bytes", out, val_fraction=0.2, progress=False)["documents"] == 10
     assert file_state(out) == before
+
+
+# ------------------------------------------------------------------------------------------------ --overwrite
+@pytest.fixture
+def prepared(tmp_path):
+    """A jsonl source of 60 documents prepared at val_fraction 0.1 into out/."""
+    src = write_source("jsonl", tmp_path / "src", make_docs(60))
+    prepare_dataset(src, "bytes", tmp_path / "out", val_fraction=0.1, progress=False)
+    return src, tmp_path / "out"
+
+
+def test_overwrite_replaces_a_prepared_dataset(prepared, tmp_path, capsys):
+    src, out = prepared
+    with pytest.raises(DataError, match="--overwrite to replace it"):
+        prepare_dataset(src, "bytes", out, val_fraction=0.2, progress=False)
+    meta = prepare_dataset(src, "bytes", out, val_fraction=0.2, overwrite=True, progress=False)
+    assert load_meta(out) == meta and meta["val_fraction"] == 0.2
+    assert decode_docs(out, "val") == expected_split(make_docs(60), 0.2)[1]
+    assert no_temp_folders(tmp_path)
+    args = ["prepare", "--source", str(src), "--tokenizer", "bytes", "--out", str(out), "--quiet"]
+    assert main([*args, "--val-fraction", "0.3"]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--val-fraction", "0.3", "--overwrite"]) == 0
+    assert load_meta(out)["val_fraction"] == 0.3 and no_temp_folders(tmp_path)
+
+
+def test_a_failed_overwrite_leaves_the_old_dataset_as_it_was(prepared, tmp_path, monkeypatch):
+    src, out = prepared
+    before = file_state(out)
+    broken = tmp_path / "broken.jsonl"  # fails on its last line, while the new dataset is being built
+    broken.write_text(src.read_text() + "{not json\n")
+    with pytest.raises(DataError, match="broken.jsonl:62"):
+        prepare_dataset(broken, "bytes", out, val_fraction=0.2, overwrite=True, progress=False)
+    assert file_state(out) == before and no_temp_folders(tmp_path)
+    # The new dataset is complete but cannot be moved into place: the old one is put back.
+    real = os.replace
+
+    def failing(a, b):
+        if ".tmp-" in str(a) and Path(b) == out:
+            raise OSError("disk gone")
+        real(a, b)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        prepare_dataset(src, "bytes", out, val_fraction=0.2, overwrite=True, progress=False)
+    assert file_state(out) == before and no_temp_folders(tmp_path)
+
+
+def test_overwrite_refuses_a_folder_that_is_not_only_a_prepared_dataset(prepared, tmp_path):
+    src, out = prepared
+    (out / "notes.md").write_text("mine")
+    before = file_state(out)
+    with pytest.raises(DataError, match="notes.md") as e:
+        prepare_dataset(src, "bytes", out, val_fraction=0.2, overwrite=True, progress=False)
+    assert "--overwrite would delete" in one_line(e) and file_state(out) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.md").write_text("mine")
+    with pytest.raises(DataError, match="not a prepared dataset"):
+        prepare_dataset(src, "bytes", other, overwrite=True, progress=False)
+    assert [p.name for p in other.iterdir()] == ["notes.md"] and no_temp_folders(tmp_path)

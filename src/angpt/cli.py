@@ -81,6 +81,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         doc_separator=args.doc_separator,
         encoding_errors=args.encoding_errors,
+        overwrite=args.overwrite,
         workers=args.workers,
         progress=not args.quiet,
     )
@@ -376,6 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="skip",
         help="a file that is not UTF-8: skip it with a warning (default), replace its bad bytes with U+FFFD, or "
         "strict: stop with an error naming it",
+    )
+    s.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the prepared dataset in --out (built beside it, swapped in when complete; any other "
+        "non-empty folder is still refused)",
     )
     s.add_argument("--workers", type=int, default=None)
     s.add_argument("--quiet", action="store_true")

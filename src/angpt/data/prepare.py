@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -66,6 +67,7 @@ def prepare_dataset(
     tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES,
     doc_separator: str | None = None,
     encoding_errors: str = "skip",
+    overwrite: bool = False,
 ) -> dict:
     """Tokenize ``source`` into train/val token shards in ``out_dir`` and return the dataset's meta dict.
 
@@ -95,6 +97,10 @@ def prepare_dataset(
             out with a warning naming it (listed in ``meta.json`` as ``skipped_files``), so one stray Latin-1 file
             does not stop a long prepare; ``"replace"`` keeps it with U+FFFD for each bad byte; ``"strict"`` stops
             with a one-line error naming the file.
+        overwrite: replace the prepared dataset in ``out_dir`` (a folder with ``meta.json`` holding only the files
+            prepare writes) by a fresh one, even one prepared with the same arguments. The new dataset is built
+            beside it and swapped in only when complete, so a failed or interrupted re-prepare leaves the old one
+            as it was. Any other non-empty folder is still refused.
 
     Refused with a one-line DataError, writing nothing: a train split that would be empty, and a validation
     split that would be empty although ``val_fraction > 0`` (one document, say a single ``.txt`` file without
@@ -105,9 +111,9 @@ def prepare_dataset(
     per split the shard list with token counts, documents, UTF-8 ``bytes`` and ``tokens`` (EOS included), so
     ``bits_per_byte = loss_nats_per_token / ln(2) / bytes_per_token``.
 
-    Re-running with the same arguments on a finished folder returns its meta without doing any work. The
-    dataset is built in a hidden temporary folder beside ``out_dir`` and renamed into place when complete,
-    so ``out_dir`` is never left half-written.
+    Re-running with the same arguments on a finished folder returns its meta without doing any work; other
+    arguments are refused unless ``overwrite``. The dataset is built in a hidden temporary folder beside ``out_dir``
+    and renamed into place when complete, so ``out_dir`` is never left half-written.
     """
     spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
     parse_tokenizer_spec(spec)
@@ -135,9 +141,13 @@ def prepare_dataset(
     # A dataset that predates an option is compared without it where the option's value is what happened then: no
     # test split unless asked for, and files that were not UTF-8 left out (stdlib) or stopping the prepare (others).
     lenient = (() if given_test else ("test_fraction",)) + (("encoding_errors",) if encoding_errors == "skip" else ())
-    existing = _existing_dataset(out_dir, options, lenient)
-    if existing is not None:
-        return existing
+    replacing = overwrite and (out_dir / META_NAME).is_file()
+    if replacing:
+        _check_replaceable(out_dir)
+    else:
+        existing = _existing_dataset(out_dir, options, lenient)
+        if existing is not None:
+            return existing
 
     made = [p for p in reversed(out_dir.parents) if not p.exists()]  # parents this call creates
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -147,9 +157,12 @@ def prepare_dataset(
         with _parallelism(workers):
             meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1)
         save_meta(tmp, meta)  # meta.json last: its presence marks a complete dataset
-        if out_dir.exists():
-            out_dir.rmdir()  # checked empty above; rename cannot replace it portably
-        os.replace(tmp, out_dir)
+        if replacing:
+            _swap_in(tmp, out_dir)
+        else:
+            if out_dir.exists():
+                out_dir.rmdir()  # checked empty above; rename cannot replace it portably
+            os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         for parent in reversed(made):  # a refused prepare leaves nothing behind, not even empty parents
@@ -219,17 +232,51 @@ def _existing_dataset(out_dir: Path, options: dict, lenient: tuple[str, ...] = (
         diff = [k for k in options if old.get(k) != options[k] and not (k in lenient and k not in old)]
         if diff:
             what = ", ".join(f"{k}={old.get(k)!r} (now {options[k]!r})" for k in diff)
-            raise DataError(f"{out_dir} already holds a dataset prepared with {what}; use another out_dir or delete it")
+            raise DataError(
+                f"{out_dir} already holds a dataset prepared with {what}; use another --out, or --overwrite to "
+                "replace it"
+            )
         itemsize = dtype_for_vocab(meta["vocab_size"]).itemsize
         for split in meta["splits"].values():
             for shard in split["shards"]:
                 path = out_dir / shard["file"]
                 if not path.is_file() or path.stat().st_size != HEADER_SIZE + shard["tokens"] * itemsize:
-                    raise DataError(f"{path} is missing or has the wrong size; delete {out_dir} and prepare again")
+                    raise DataError(f"{path} is missing or has the wrong size; prepare again with --overwrite")
         return meta
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise DataError(f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder")
+        raise DataError(
+            f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder (--overwrite replaces "
+            "only a prepared dataset)"
+        )
     return None
+
+
+# What prepare writes into a dataset folder: meta.json, the tokenizer, the shards, and its hidden temporary files.
+_DATASET_FILE = re.compile(r"meta\.json|tokenizer\.json|angpt_tokenizer\.json|(train|val|test)_\d{6}\.bin|\..+\.tmp")
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    """DataError unless ``out_dir`` holds only what prepare writes, so --overwrite deletes nothing of the user's."""
+    others = sorted(p.name for p in out_dir.iterdir() if not (p.is_file() and _DATASET_FILE.fullmatch(p.name)))
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise DataError(
+            f"{out_dir} holds a prepared dataset and also {', '.join(others[:3])}{more}, which --overwrite would "
+            "delete; move them out or use another --out"
+        )
+
+
+def _swap_in(new: Path, out_dir: Path) -> None:
+    """Put the complete dataset ``new`` where the dataset ``out_dir`` is; the old one is deleted only once the new
+    one stands in its place, and a failed rename puts it back."""
+    old = new.with_name(new.name.replace(".tmp-", ".old-"))
+    os.replace(out_dir, old)
+    try:
+        os.replace(new, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
