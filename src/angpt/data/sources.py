@@ -170,7 +170,7 @@ class Source:
         self.text_field = text_field
         self.doc_separator: str | None = None  # the rule that cuts .txt files into documents; None: whole files
         self.encoding_errors = encoding_errors
-        self.skipped: list[str] = []  # files left out as not UTF-8 by the latest pass over the source
+        self.skipped: list[str] = []  # files left out as not UTF-8 by the latest pass, relative to the source
 
     def __iter__(self) -> Iterator[str]:
         raise NotImplementedError
@@ -181,6 +181,7 @@ class StdlibSource(Source):
 
     def __iter__(self) -> Iterator[str]:
         self.skipped = []
+        root = Path(sysconfig.get_paths()["stdlib"])
         for f in list_stdlib_files():
             try:
                 raw = f.read_bytes()
@@ -188,7 +189,7 @@ class StdlibSource(Source):
                 continue  # unreadable (permissions): not part of the corpus
             text = _decode(f, raw, self.encoding_errors)  # a few stdlib test files are Latin-1 on purpose
             if text is None:
-                self.skipped.append(str(f))
+                self.skipped.append(f.relative_to(root).as_posix())
             elif text:
                 yield text
 
@@ -201,6 +202,7 @@ class LocalSource(Source):
     ):
         super().__init__(str(path), text_field, encoding_errors)
         self.files = list_local_files(path)
+        self._root = path if path.is_dir() else path.parent
         has_txt = any(f.suffix == ".txt" for f in self.files)
         if doc_separator is None:
             doc_separator = DEFAULT_DOC_SEPARATOR if path.is_file() and has_txt else ""
@@ -215,7 +217,7 @@ class LocalSource(Source):
             if f.suffix == ".txt":
                 text = _decode(f, f.read_bytes(), self.encoding_errors)
                 if text is None:
-                    self.skipped.append(str(f))
+                    self.skipped.append(f.relative_to(self._root).as_posix())
                 elif self._pattern is None:
                     if text:
                         yield text
