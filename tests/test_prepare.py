@@ -129,3 +129,80 @@ def test_overwrite_refuses_a_folder_that_is_not_only_a_prepared_dataset(prepared
     with pytest.raises(DataError, match="not a prepared dataset"):
         prepare_dataset(src, "bytes", other, overwrite=True, progress=False)
     assert [p.name for p in other.iterdir()] == ["notes.md"] and no_temp_folders(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ the held-out share
+def sized_docs(n: int, nbytes: int) -> list[str]:
+    """n distinct documents of exactly `nbytes` UTF-8 bytes (nbytes + 1 byte-tokens with EOS)."""
+    return [f"{i:05d} " + "x" * (nbytes - 7) + "\n" for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "nbytes, k",
+    [
+        (5_000, 20),  # 20 documents hold 100K tokens: the documents' minimum
+        (999, 50),  # 50 x 1,000 tokens: the tokens' minimum
+        (200, 59),  # 50K tokens would need 249 documents: 10% of 595 is the most auto takes
+    ],
+)
+def test_auto_holds_out_enough_documents_of_a_small_corpus(tmp_path, nbytes, k):
+    docs = sized_docs(595, nbytes)
+    src = write_source("jsonl", tmp_path / "src", docs)
+    meta = prepare_dataset(src, "bytes", tmp_path / "out", progress=False)  # the default: auto
+    vf, tf = meta["val_fraction"], meta["test_fraction"]
+    assert meta["options"]["val_fraction_rule"] == "auto" and (meta["options"]["val_fraction"], vf) == (vf, vf)
+    train, val, test = expected_split(docs, vf, test_fraction=tf)  # still assigned by hash < fraction
+    assert (len(val), len(test), len(train)) == (k, k, 595 - 2 * k)
+    for split, texts in (("train", train), ("val", val), ("test", test)):
+        assert decode_docs(tmp_path / "out", split) == texts
+    # An explicit fraction is honoured as given.
+    given = prepare_dataset(src, "bytes", tmp_path / "given", val_fraction=0.005, progress=False)
+    assert given["val_fraction"] == given["test_fraction"] == 0.005
+    assert given["options"]["val_fraction_rule"] == "given"
+    assert decode_docs(tmp_path / "given", "val") == expected_split(docs, 0.005)[1]
+
+
+def test_auto_counts_only_the_documents_max_tokens_keeps(tmp_path):
+    docs = sized_docs(595, 999)
+    src = write_source("jsonl", tmp_path / "src", docs)
+    meta = prepare_dataset(src, "bytes", tmp_path / "out", max_tokens=100_000, progress=False)
+    assert meta["documents"] == 100 and meta["splits"]["val"]["documents"] == 10  # 10% of the 100 it keeps
+
+
+def test_auto_reads_a_large_corpus_only_until_half_a_percent_is_enough():
+    from angpt.data.sources import Source
+    from angpt.data.splits import auto_fractions
+
+    class Endless(Source):
+        read = 0
+
+        def __iter__(self):
+            self.read = 0
+            while True:  # 4,000 documents of 3 KB: 0.5% of them is 20 documents and 60K tokens
+                assert self.read < 4_000, "read past the point where 0.5% meets the minimums"
+                self.read += 1
+                yield f"{self.read} " + "y" * 3_000
+
+    src = Endless("endless")
+    assert auto_fractions(src, 0, None, None) == (0.005, 0.005) and src.read == 4_000
+    assert auto_fractions(src, 0, None, 0.0) == (0.005, 0.0)
+
+
+def test_auto_reuses_its_dataset_and_one_prepared_before_auto(tmp_path):
+    docs = sized_docs(300, 500)
+    src = write_source("jsonl", tmp_path / "src", docs)
+    out = tmp_path / "out"
+    meta = prepare_dataset(src, "bytes", out, progress=False)
+    before = file_state(out)
+    assert prepare_dataset(src, "bytes", out, progress=False) == meta and file_state(out) == before
+    with pytest.raises(DataError, match="val_fraction="):  # an explicit other fraction is another dataset
+        prepare_dataset(src, "bytes", out, val_fraction=0.005, progress=False)
+    # A folder written before auto existed, at the old default 0.005, is reused as it is by the new default.
+    old = tmp_path / "old"
+    prepare_dataset(src, "bytes", old, val_fraction=0.005, progress=False)
+    stored = json.loads((old / "meta.json").read_text())
+    del stored["options"]["val_fraction_rule"]
+    (old / "meta.json").write_text(json.dumps(stored))
+    before = file_state(old)
+    assert prepare_dataset(src, "bytes", old, progress=False)["val_fraction"] == 0.005
+    assert file_state(old) == before

@@ -87,10 +87,21 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     )
     splits = meta.get("splits", {})
     summary = ", ".join(f"{k}: {v.get('tokens', 0):,} tokens" for k, v in splits.items())
+    if meta.get("options", {}).get("val_fraction_rule") == "auto":
+        summary += f"; held out by --val-fraction auto: {meta['val_fraction']:.3g} (test {meta['test_fraction']:.3g})"
     if meta.get("skipped_files"):
         summary += f"; {len(meta['skipped_files'])} file(s) left out as not UTF-8"
     print(f"{args.out}: {meta.get('tokenizer', {}).get('spec', args.tokenizer)} vocab {meta['vocab_size']}; {summary}")
     return 0
+
+
+def _fraction_or_auto(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor a number such as 0.02") from None
 
 
 # ------------------------------------------------------------------------------------------------- train
@@ -355,7 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument(
-        "--val-fraction", type=float, default=0.005, help="documents for validation: selection (default 0.005)"
+        "--val-fraction",
+        type=_fraction_or_auto,
+        default="auto",
+        help="documents for validation (selection): a share such as 0.02, or auto (default): 0.5%% of the documents "
+        "but at least 20 documents and 50,000 byte-tokens, at most 10%%",
     )
     s.add_argument(
         "--test-fraction",

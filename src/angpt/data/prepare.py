@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -31,6 +30,7 @@ from angpt.data.format import (
     write_shard,
 )
 from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source, StdlibSource, open_source
+from angpt.data.splits import AUTO, auto_fractions, split_value, split_warnings
 from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
 from angpt.errors import DataError
 
@@ -40,23 +40,12 @@ _CHUNK_BYTES = 4 << 20  # text per encode_batch call: large enough to keep all c
 _CHUNK_DOCS = 4096
 
 
-def split_value(text: str | bytes, seed: int = 0) -> float:
-    """A document's position in [0, 1), from a keyed blake2b hash of its UTF-8 text.
-
-    Documents with ``split_value < val_fraction`` go to the val split: the choice depends only on the text and
-    the seed, so it is stable across runs, machines and source order, and duplicates share a split.
-    """
-    raw = text.encode("utf-8") if isinstance(text, str) else text
-    digest = hashlib.blake2b(raw, digest_size=8, key=str(seed).encode()).digest()
-    return int.from_bytes(digest, "little") / 2.0**64
-
-
 def prepare_dataset(
     source: str | os.PathLike,
     tokenizer: str | Tokenizer,
     out_dir: str | os.PathLike,
     *,
-    val_fraction: float = 0.005,
+    val_fraction: float | str = AUTO,
     test_fraction: float | None = None,
     max_tokens: int | None = None,
     text_field: str = "text",
@@ -78,7 +67,11 @@ def prepare_dataset(
         out_dir: the dataset folder: new, empty, or already holding this same dataset.
         val_fraction: share of documents (by hash of their text) put in the val split; if none lands there and
             there are at least two documents, the train document with the smallest hash is moved to val.
-        test_fraction: share put in the test split, next in hash order (None: as many as val). Validation is for
+            ``"auto"`` (default): 0.5% of the documents, but at least 20 documents and 50,000 byte-tokens, at most
+            10% (:func:`angpt.data.splits.auto_fractions`: the rule, why, and the pass over the source it takes).
+            The fraction used is recorded (``val_fraction``), with ``options.val_fraction_rule`` auto or given.
+        test_fraction: share put in the test split, next in hash order (None: as many documents as val; exactly
+            as many under auto). Validation is for
             selection (learning rates, settings), test for the numbers reported (docs/protocol.md); 0: no test split.
         max_tokens: stop after this many tokens in total (the last document is cut to fit).
         text_field: the field/column holding the text in ``.jsonl``, ``.parquet`` and ``hf:`` sources.
@@ -111,19 +104,30 @@ def prepare_dataset(
     per split the shard list with token counts, documents, UTF-8 ``bytes`` and ``tokens`` (EOS included), so
     ``bits_per_byte = loss_nats_per_token / ln(2) / bytes_per_token``.
 
-    Re-running with the same arguments on a finished folder returns its meta without doing any work; other
-    arguments are refused unless ``overwrite``. The dataset is built in a hidden temporary folder beside ``out_dir``
-    and renamed into place when complete, so ``out_dir`` is never left half-written.
+    Re-running with the same arguments on a finished folder returns its meta without building anything (auto
+    reads the source first, to fix its fraction); other arguments are refused unless ``overwrite``. A folder
+    prepared before auto existed is reused as it is by ``val_fraction="auto"``, at the fraction it was prepared
+    at. The dataset is built in a hidden temporary folder beside ``out_dir`` and renamed into place when complete,
+    so ``out_dir`` is never left half-written.
     """
     spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
     parse_tokenizer_spec(spec)
-    given_test = test_fraction is not None
-    if test_fraction is None:  # as many documents as validation, while both leave training the larger share
-        test_fraction = val_fraction if 2 * val_fraction < 1 else 0.0
+    given_test, auto = test_fraction is not None, isinstance(val_fraction, str) and val_fraction == AUTO
     _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
-    if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
-        raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.005")
+    if not auto and test_fraction is None:  # as many documents as validation, while training keeps the larger share
+        test_fraction = val_fraction if 2 * val_fraction < 1 else 0.0
+    if given_test or not auto:
+        _check_test_fraction(0.0 if auto else val_fraction, test_fraction)
     src = open_source(source, text_field, doc_separator, encoding_errors)
+    out_dir = Path(out_dir).expanduser().absolute()
+    replacing = overwrite and (out_dir / META_NAME).is_file()
+    if replacing:
+        _check_replaceable(out_dir)
+    elif not (out_dir / META_NAME).is_file():
+        _check_free(out_dir)
+    if auto:  # from the documents, before any is assigned
+        val_fraction, test_fraction = auto_fractions(src, seed, max_tokens, test_fraction)
+        _check_test_fraction(val_fraction, test_fraction)
     options = {
         "source": src.name,
         "tokenizer": spec,
@@ -136,18 +140,11 @@ def prepare_dataset(
         "tokenizer_train_bytes": int(tokenizer_train_bytes),
         "doc_separator": src.doc_separator,
         "encoding_errors": encoding_errors,
+        "val_fraction_rule": AUTO if auto else "given",
     }
-    out_dir = Path(out_dir).expanduser().absolute()
-    # A dataset that predates an option is compared without it where the option's value is what happened then: no
-    # test split unless asked for, and files that were not UTF-8 left out (stdlib) or stopping the prepare (others).
-    lenient = (() if given_test else ("test_fraction",)) + (("encoding_errors",) if encoding_errors == "skip" else ())
-    replacing = overwrite and (out_dir / META_NAME).is_file()
-    if replacing:
-        _check_replaceable(out_dir)
-    else:
-        existing = _existing_dataset(out_dir, options, lenient)
-        if existing is not None:
-            return existing
+    existing = None if replacing else _existing_dataset(out_dir, options, given_test)
+    if existing is not None:
+        return existing
 
     made = [p for p in reversed(out_dir.parents) if not p.exists()]  # parents this call creates
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -189,31 +186,9 @@ def skip_warnings(meta: dict) -> list[str]:
     ]
 
 
-# A validation split below these measures little: the loss of 50K tokens from 20 documents moves by a few
-# hundredths of a nat from one checkpoint to the next on noise alone, and one document's style dominates it.
-MIN_VAL_TOKENS, MIN_VAL_DOCUMENTS = 50_000, 20
-
-
-def split_warnings(meta: dict) -> list[str]:
-    """What a user should know about a dataset's validation and test splits before training on it."""
-    out = []
-    for split, name in (("val", "validation"), ("test", "test")):
-        held = meta.get("splits", {}).get(split, {})
-        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
-        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
-            continue  # none asked for (a fraction of 0), or enough
-        out.append(
-            f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
-            f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
-            f"--{split}-fraction (now {fraction}) or add documents"
-        )
-    return out
-
-
 def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers) -> None:
-    if not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0:
-        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction!r}; e.g. 0.005")
+    if val_fraction != AUTO and (not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0):
+        raise DataError(f"val_fraction must be 'auto' or in [0, 1), got {val_fraction!r}; e.g. 0.02")
     for name, value, low in (("max_tokens", max_tokens, 1), ("workers", workers, 1)):
         if value is not None and (not isinstance(value, int) or value < low):
             raise DataError(f"{name} must be a positive integer or None, got {value!r}")
@@ -222,14 +197,34 @@ def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers)
             raise DataError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _existing_dataset(out_dir: Path, options: dict, lenient: tuple[str, ...] = ()) -> dict | None:
-    """The meta of a finished identical dataset in ``out_dir``; None if the folder is free; else DataError.
-    Options in `lenient` that the existing dataset predates (absent from its meta) are not compared: a dataset
-    prepared before test splits existed is reused as it is when no test fraction is asked for explicitly."""
+def _check_test_fraction(val_fraction: float, test_fraction) -> None:
+    if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
+        raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.02")
+
+
+def _not_compared(old: dict, new: dict, given_test: bool) -> set[str]:
+    """The options an existing dataset's (`old`) are not compared on: the fraction rule (the fractions it gave
+    are), and options it predates where the call's value is what happened then: no test split unless one is asked
+    for, a file that is not UTF-8 left out (stdlib) or stopping prepare (other sources), and under auto the
+    fractions it was prepared at (it is reused as it is)."""
+    skip = {"val_fraction_rule"}
+    if "test_fraction" not in old and not given_test:
+        skip.add("test_fraction")
+    if "encoding_errors" not in old and new["encoding_errors"] == "skip":
+        skip.add("encoding_errors")
+    if "val_fraction_rule" not in old and new["val_fraction_rule"] == AUTO:
+        skip.update(("val_fraction",) if given_test else ("val_fraction", "test_fraction"))
+    return skip
+
+
+def _existing_dataset(out_dir: Path, options: dict, given_test: bool) -> dict | None:
+    """The meta of a finished identical dataset in ``out_dir`` (see :func:`_not_compared`), None without
+    ``meta.json``, else DataError."""
     if (out_dir / META_NAME).is_file():
         meta = load_meta(out_dir)
         old = meta.get("options", {})
-        diff = [k for k in options if old.get(k) != options[k] and not (k in lenient and k not in old)]
+        skip = _not_compared(old, options, given_test)
+        diff = [k for k in options if old.get(k) != options[k] and k not in skip]
         if diff:
             what = ", ".join(f"{k}={old.get(k)!r} (now {options[k]!r})" for k in diff)
             raise DataError(
@@ -243,12 +238,16 @@ def _existing_dataset(out_dir: Path, options: dict, lenient: tuple[str, ...] = (
                 if not path.is_file() or path.stat().st_size != HEADER_SIZE + shard["tokens"] * itemsize:
                     raise DataError(f"{path} is missing or has the wrong size; prepare again with --overwrite")
         return meta
+    return None
+
+
+def _check_free(out_dir: Path) -> None:
+    """DataError unless ``out_dir`` is new or an empty folder."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DataError(
             f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder (--overwrite replaces "
             "only a prepared dataset)"
         )
-    return None
 
 
 # What prepare writes into a dataset folder: meta.json, the tokenizer, the shards, and its hidden temporary files.
@@ -517,6 +516,6 @@ def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, se
         "documents": sum(v["documents"] for v in splits.values()),
         "tokens": sum(v["tokens"] for v in splits.values()),
         "bytes": sum(v["bytes"] for v in splits.values()),
-        "skipped_files": list(src.skipped),  # not UTF-8, left out (encoding_errors skip)
+        "skipped_files": list(src.skipped),  # not UTF-8, left out (encoding_errors skip); paths within the source
         "splits": splits,
     }
