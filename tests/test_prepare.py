@@ -3,6 +3,7 @@ share that suits a small corpus. Each test failed with its fix removed."""
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,19 @@ def test_auto_reuses_its_dataset_and_one_prepared_before_auto(tmp_path):
     before = file_state(old)
     assert prepare_dataset(src, "bytes", old, progress=False)["val_fraction"] == 0.005
     assert file_state(old) == before
+
+
+def test_the_small_split_warning_gives_the_command_that_prepares_again(tmp_path, capsys):
+    docs = sized_docs(400, 300)
+    src = write_source("jsonl", tmp_path / "src", docs)
+    out = tmp_path / "out"
+    args = ["prepare", "--source", str(src), "--tokenizer", "bytes", "--out", str(out), "--quiet"]
+    assert main([*args, "--val-fraction", "0.02", "--max-tokens", "100000"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if "angpt prepare" in x]
+    assert len(lines) == 1 and lines[0].startswith("warning: to re-prepare with larger held-out splits"), lines
+    command = shlex.split(lines[0].split(": ", 2)[2])
+    assert command[:2] == ["angpt", "prepare"] and "--overwrite" in command and "--max-tokens" in command
+    assert main(command[1:]) == 0  # it runs as printed, replacing the folder
+    meta = load_meta(out)
+    assert meta["val_fraction"] == float(command[command.index("--val-fraction") + 1]) > 0.02
+    assert meta["splits"]["val"]["documents"] >= 20 and meta["max_tokens"] == 100_000

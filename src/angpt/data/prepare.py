@@ -168,7 +168,7 @@ def prepare_dataset(
             except OSError:
                 break
         raise
-    for line in skip_warnings(meta) + split_warnings(meta):
+    for line in skip_warnings(meta) + split_warnings(meta, out_dir):
         print(f"warning: {line}", file=sys.stderr)
     return meta
 

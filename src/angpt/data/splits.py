@@ -1,13 +1,15 @@
 """Which documents are held out: the hash rule that puts a document in train, validation or test, the ``auto``
-share that gives a small corpus enough held-out documents, and the warning when a held-out split is still too
-small to measure anything."""
+share that gives a small corpus enough held-out documents, and the warning (with the command to re-prepare) when a
+held-out split is still too small to measure anything."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import shlex
+from pathlib import Path
 
-from angpt.data.sources import Source
+from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source
 
 AUTO = "auto"
 # A validation split below these measures little: the loss of 50K tokens from 20 documents moves by a few
@@ -15,6 +17,7 @@ AUTO = "auto"
 MIN_VAL_TOKENS, MIN_VAL_DOCUMENTS = 50_000, 20
 AUTO_SHARE = 0.005  # what a large corpus holds out: thousands of documents, and training keeps 99%
 AUTO_MAX_SHARE = 0.1  # the most auto takes from a small corpus for each held-out split
+_SUGGESTED = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.2)  # fractions the small-split warning proposes, at most 0.2
 
 
 def split_value(text: str | bytes, seed: int = 0) -> float:
@@ -89,13 +92,15 @@ def _cut(values: list[float], k: int) -> tuple[float, int] | None:
     return None if k >= len(values) else ((values[k - 1] + values[k]) / 2, k)
 
 
-def split_warnings(meta: dict) -> list[str]:
-    """What a user should know about a dataset's validation and test splits before training on it."""
-    out = []
+def split_warnings(meta: dict, out_dir: str | Path | None = None) -> list[str]:
+    """What a user should know about a dataset's validation and test splits before training on it, ending with
+    the command that prepares it again with larger ones (when ``out_dir`` is given and larger ones would help)."""
+    out, proposed = [], {}
     for split, name in (("val", "validation"), ("test", "test")):
         held = meta.get("splits", {}).get(split, {})
         tokens, docs = held.get("tokens", 0), held.get("documents", 0)
         fraction = meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
+        proposed[split] = fraction or 0.0
         if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
             continue  # none asked for (a fraction of 0), or enough
         out.append(
@@ -103,4 +108,36 @@ def split_warnings(meta: dict) -> list[str]:
             f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
             f"--{split}-fraction (now {fraction:.3g}) or add documents"
         )
+        need = fraction * max(MIN_VAL_DOCUMENTS / max(docs, 1), MIN_VAL_TOKENS / max(tokens, 1))
+        proposed[split] = max(fraction, next((f for f in _SUGGESTED if f >= need), _SUGGESTED[-1]))
+    if out and out_dir is not None:
+        out.extend(_reprepare_line(meta, Path(out_dir), proposed))
     return out
+
+
+def _reprepare_line(meta: dict, out_dir: Path, fractions: dict[str, float]) -> list[str]:
+    """The line naming how to prepare ``out_dir`` again at ``fractions`` (nothing when they hold no more)."""
+    from angpt.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_TOKENIZER_TRAIN_BYTES  # prepare imports us
+
+    options = meta.get("options", {})
+    if fractions["val"] <= meta.get("val_fraction", 0) and fractions["test"] <= meta.get("test_fraction", 0):
+        return []  # already at the largest share we suggest: only more documents help
+    val, test = (repr(float(fractions[s])) for s in ("val", "test"))
+    no_flag = {"seed": 0, "shard_tokens": DEFAULT_SHARD_TOKENS, "tokenizer_train_bytes": DEFAULT_TOKENIZER_TRAIN_BYTES}
+    if any(options.get(k, v) != v for k, v in no_flag.items()):  # the command line cannot say these
+        again = f"val_fraction={val}, test_fraction={test} and overwrite=True"
+        return [f"to re-prepare with larger held-out splits, call prepare again with {again}"]
+    argv = ["angpt", "prepare", "--source", options["source"], "--tokenizer", options["tokenizer"]]
+    argv += ["--out", str(out_dir)]
+    if options.get("max_tokens") is not None:
+        argv += ["--max-tokens", str(options["max_tokens"])]
+    if options.get("text_field", "text") != "text":
+        argv += ["--text-field", options["text_field"]]
+    source, rule = options["source"], options.get("doc_separator")
+    one_txt = source != "stdlib" and not source.startswith("hf:") and source.endswith(".txt") and Path(source).is_file()
+    if rule != (DEFAULT_DOC_SEPARATOR if one_txt else None):
+        argv += ["--doc-separator", rule or ""]  # not what the source gets by default
+    if options.get("encoding_errors", "skip") != "skip":
+        argv += ["--encoding-errors", options["encoding_errors"]]
+    argv += ["--val-fraction", val, "--test-fraction", test, "--overwrite"]
+    return [f"to re-prepare with larger held-out splits (replacing this one): {shlex.join(argv)}"]
