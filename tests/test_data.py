@@ -240,7 +240,8 @@ def test_hf_sources_through_datasets(tmp_path):
         {"train": datasets.Dataset.from_dict({"body": docs[:5]}), "test": datasets.Dataset.from_dict({"body": docs})}
     ).save_to_disk(str(saved))
     prepare_dataset(f"hf:{saved}@test", "bytes", tmp_path / "out2", text_field="body", progress=False)
-    assert sorted(decode_docs(tmp_path / "out2", "train") + decode_docs(tmp_path / "out2", "val")) == sorted(docs)
+    held = [d for s in ("train", "val", "test") for d in decode_docs(tmp_path / "out2", s)]
+    assert sorted(held) == sorted(docs)
     with pytest.raises(DataError, match="no column 'text'"):
         prepare_dataset(f"hf:{saved}", "bytes", tmp_path / "out3", progress=False)
     with pytest.raises(DataError, match="no split"):
@@ -306,9 +307,9 @@ def test_stdlib_source(tmp_path):
     meta = prepare_dataset("stdlib", "bytes", tmp_path / "out", max_tokens=200_000, progress=False)
     assert time.time() - start < 20
     assert meta["tokens"] == 200_000 and meta["capped"]
-    assert meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"] == 200_000
+    assert sum(meta["splits"][s]["tokens"] for s in ("train", "val", "test")) == 200_000
     first = files[0].read_text(encoding="utf-8")
-    if split_value(first) >= meta["val_fraction"]:
+    if split_value(first) >= meta["val_fraction"] + meta["test_fraction"]:
         assert decode_docs(tmp_path / "out", "train", complete=False)[0] == first
 
 

@@ -80,13 +80,28 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         text_field=args.text_field,
         doc_separator=args.doc_separator,
+        encoding_errors=args.encoding_errors,
+        overwrite=args.overwrite,
         workers=args.workers,
         progress=not args.quiet,
     )
     splits = meta.get("splits", {})
     summary = ", ".join(f"{k}: {v.get('tokens', 0):,} tokens" for k, v in splits.items())
+    if meta.get("options", {}).get("val_fraction_rule") == "auto":
+        summary += f"; held out by --val-fraction auto: {meta['val_fraction']:.3g} (test {meta['test_fraction']:.3g})"
+    if meta.get("skipped_files"):
+        summary += f"; {len(meta['skipped_files'])} file(s) left out as not UTF-8"
     print(f"{args.out}: {meta.get('tokenizer', {}).get('spec', args.tokenizer)} vocab {meta['vocab_size']}; {summary}")
     return 0
+
+
+def _fraction_or_auto(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor a number such as 0.02") from None
 
 
 # ------------------------------------------------------------------------------------------------- train
@@ -362,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="the dataset folder to write (required)")
     s.add_argument("--max-tokens", type=int, default=None, help="stop after this many tokens (default: all)")
     s.add_argument(
-        "--val-fraction", type=float, default=0.005, help="documents for validation: selection (default: %(default)s)"
+        "--val-fraction",
+        type=_fraction_or_auto,
+        default="auto",
+        help="documents for validation (selection): a share such as 0.02, or auto (default): 0.5%% of the documents "
+        "but at least 20 documents and 50,000 byte-tokens, at most 10%%",
     )
     s.add_argument(
         "--test-fraction",
@@ -377,6 +396,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REGEX",
         help="how .txt files are cut into documents (default: a single .txt file at blank lines, a folder's files "
         "whole; '' keeps files whole)",
+    )
+    s.add_argument(
+        "--encoding-errors",
+        choices=("skip", "replace", "strict"),
+        default="skip",
+        help="a file that is not UTF-8: skip it with a warning (default), replace its bad bytes with U+FFFD, or "
+        "strict: stop with an error naming it",
+    )
+    s.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the prepared dataset in --out (built beside it, swapped in when complete; any other "
+        "non-empty folder is still refused)",
     )
     s.add_argument(
         "--workers", type=int, default=None, help="1: tokenize serially (default: the tokenizers thread pool)"

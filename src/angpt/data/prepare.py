@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -30,6 +30,7 @@ from angpt.data.format import (
     write_shard,
 )
 from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source, StdlibSource, open_source
+from angpt.data.splits import AUTO, auto_fractions, split_value, split_warnings
 from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
 from angpt.errors import DataError
 
@@ -39,23 +40,12 @@ _CHUNK_BYTES = 4 << 20  # text per encode_batch call: large enough to keep all c
 _CHUNK_DOCS = 4096
 
 
-def split_value(text: str | bytes, seed: int = 0) -> float:
-    """A document's position in [0, 1), from a keyed blake2b hash of its UTF-8 text.
-
-    Documents with ``split_value < val_fraction`` go to the val split: the choice depends only on the text and
-    the seed, so it is stable across runs, machines and source order, and duplicates share a split.
-    """
-    raw = text.encode("utf-8") if isinstance(text, str) else text
-    digest = hashlib.blake2b(raw, digest_size=8, key=str(seed).encode()).digest()
-    return int.from_bytes(digest, "little") / 2.0**64
-
-
 def prepare_dataset(
     source: str | os.PathLike,
     tokenizer: str | Tokenizer,
     out_dir: str | os.PathLike,
     *,
-    val_fraction: float = 0.005,
+    val_fraction: float | str = AUTO,
     test_fraction: float | None = None,
     max_tokens: int | None = None,
     text_field: str = "text",
@@ -65,6 +55,8 @@ def prepare_dataset(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES,
     doc_separator: str | None = None,
+    encoding_errors: str = "skip",
+    overwrite: bool = False,
 ) -> dict:
     """Tokenize ``source`` into train/val token shards in ``out_dir`` and return the dataset's meta dict.
 
@@ -75,7 +67,11 @@ def prepare_dataset(
         out_dir: the dataset folder: new, empty, or already holding this same dataset.
         val_fraction: share of documents (by hash of their text) put in the val split; if none lands there and
             there are at least two documents, the train document with the smallest hash is moved to val.
-        test_fraction: share put in the test split, next in hash order (None: as many as val). Validation is for
+            ``"auto"`` (default): 0.5% of the documents, but at least 20 documents and 50,000 byte-tokens, at most
+            10% (:func:`angpt.data.splits.auto_fractions`: the rule, why, and the pass over the source it takes).
+            The fraction used is recorded (``val_fraction``), with ``options.val_fraction_rule`` auto or given.
+        test_fraction: share put in the test split, next in hash order (None: as many documents as val; exactly
+            as many under auto). Validation is for
             selection (learning rates, settings), test for the numbers reported (docs/protocol.md); 0: no test split.
         max_tokens: stop after this many tokens in total (the last document is cut to fit).
         text_field: the field/column holding the text in ``.jsonl``, ``.parquet`` and ``hf:`` sources.
@@ -90,6 +86,14 @@ def prepare_dataset(
             file of a folder is one document; a regex: every ``.txt`` file is cut at its matches; ``""``: every
             ``.txt`` file is one document. See :mod:`angpt.data.sources`; the rule applied is recorded as
             ``options.doc_separator`` (None for whole files).
+        encoding_errors: what a file that is not UTF-8 does (see :mod:`angpt.data.sources`): ``"skip"`` leaves it
+            out with a warning naming it (listed in ``meta.json`` as ``skipped_files``), so one stray Latin-1 file
+            does not stop a long prepare; ``"replace"`` keeps it with U+FFFD for each bad byte; ``"strict"`` stops
+            with a one-line error naming the file.
+        overwrite: replace the prepared dataset in ``out_dir`` (a folder with ``meta.json`` holding only the files
+            prepare writes) by a fresh one, even one prepared with the same arguments. The new dataset is built
+            beside it and swapped in only when complete, so a failed or interrupted re-prepare leaves the old one
+            as it was. Any other non-empty folder is still refused.
 
     Refused with a one-line DataError, writing nothing: a train split that would be empty, and a validation
     split that would be empty although ``val_fraction > 0`` (one document, say a single ``.txt`` file without
@@ -100,19 +104,30 @@ def prepare_dataset(
     per split the shard list with token counts, documents, UTF-8 ``bytes`` and ``tokens`` (EOS included), so
     ``bits_per_byte = loss_nats_per_token / ln(2) / bytes_per_token``.
 
-    Re-running with the same arguments on a finished folder returns its meta without doing any work. The
-    dataset is built in a hidden temporary folder beside ``out_dir`` and renamed into place when complete,
+    Re-running with the same arguments on a finished folder returns its meta without building anything (auto
+    reads the source first, to fix its fraction); other arguments are refused unless ``overwrite``. A folder
+    prepared before auto existed is reused as it is by ``val_fraction="auto"``, at the fraction it was prepared
+    at. The dataset is built in a hidden temporary folder beside ``out_dir`` and renamed into place when complete,
     so ``out_dir`` is never left half-written.
     """
     spec = tokenizer.spec if isinstance(tokenizer, Tokenizer) else tokenizer
     parse_tokenizer_spec(spec)
-    given_test = test_fraction is not None
-    if test_fraction is None:  # as many documents as validation, while both leave training the larger share
-        test_fraction = val_fraction if 2 * val_fraction < 1 else 0.0
+    given_test, auto = test_fraction is not None, isinstance(val_fraction, str) and val_fraction == AUTO
     _check_options(val_fraction, max_tokens, shard_tokens, tokenizer_train_bytes, workers)
-    if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
-        raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.005")
-    src = open_source(source, text_field, doc_separator)
+    if not auto and test_fraction is None:  # as many documents as validation, while training keeps the larger share
+        test_fraction = val_fraction if 2 * val_fraction < 1 else 0.0
+    if given_test or not auto:
+        _check_test_fraction(0.0 if auto else val_fraction, test_fraction)
+    src = open_source(source, text_field, doc_separator, encoding_errors)
+    out_dir = Path(out_dir).expanduser().absolute()
+    replacing = overwrite and (out_dir / META_NAME).is_file()
+    if replacing:
+        _check_replaceable(out_dir)
+    elif not (out_dir / META_NAME).is_file():
+        _check_free(out_dir)
+    if auto:  # from the documents, before any is assigned
+        val_fraction, test_fraction = auto_fractions(src, seed, max_tokens, test_fraction)
+        _check_test_fraction(val_fraction, test_fraction)
     options = {
         "source": src.name,
         "tokenizer": spec,
@@ -124,9 +139,10 @@ def prepare_dataset(
         "shard_tokens": int(shard_tokens),
         "tokenizer_train_bytes": int(tokenizer_train_bytes),
         "doc_separator": src.doc_separator,
+        "encoding_errors": encoding_errors,
+        "val_fraction_rule": AUTO if auto else "given",
     }
-    out_dir = Path(out_dir).expanduser().absolute()
-    existing = _existing_dataset(out_dir, options, lenient=() if given_test else ("test_fraction",))
+    existing = None if replacing else _existing_dataset(out_dir, options, given_test)
     if existing is not None:
         return existing
 
@@ -138,9 +154,12 @@ def prepare_dataset(
         with _parallelism(workers):
             meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1)
         save_meta(tmp, meta)  # meta.json last: its presence marks a complete dataset
-        if out_dir.exists():
-            out_dir.rmdir()  # checked empty above; rename cannot replace it portably
-        os.replace(tmp, out_dir)
+        if replacing:
+            _swap_in(tmp, out_dir)
+        else:
+            if out_dir.exists():
+                out_dir.rmdir()  # checked empty above; rename cannot replace it portably
+            os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         for parent in reversed(made):  # a refused prepare leaves nothing behind, not even empty parents
@@ -149,36 +168,27 @@ def prepare_dataset(
             except OSError:
                 break
         raise
-    for line in split_warnings(meta):
+    for line in skip_warnings(meta) + split_warnings(meta, out_dir):
         print(f"warning: {line}", file=sys.stderr)
     return meta
 
 
-# A validation split below these measures little: the loss of 50K tokens from 20 documents moves by a few
-# hundredths of a nat from one checkpoint to the next on noise alone, and one document's style dominates it.
-MIN_VAL_TOKENS, MIN_VAL_DOCUMENTS = 50_000, 20
-
-
-def split_warnings(meta: dict) -> list[str]:
-    """What a user should know about a dataset's validation and test splits before training on it."""
-    out = []
-    for split, name in (("val", "validation"), ("test", "test")):
-        held = meta.get("splits", {}).get(split, {})
-        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
-        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
-            continue  # none asked for (a fraction of 0), or enough
-        out.append(
-            f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
-            f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
-            f"--{split}-fraction (now {fraction}) or add documents"
-        )
-    return out
+def skip_warnings(meta: dict) -> list[str]:
+    """The files a dataset left out because they are not UTF-8, named, with the options that keep them."""
+    skipped = meta.get("skipped_files", [])
+    if not skipped:
+        return []
+    names = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more (all in meta.json)" if len(skipped) > 5 else "")
+    files = "file that is" if len(skipped) == 1 else "files that are"
+    return [
+        f"left out {len(skipped)} {files} not UTF-8 text: {names}; --encoding-errors replace keeps them with "
+        "U+FFFD for the bad bytes, or convert them to UTF-8"
+    ]
 
 
 def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers) -> None:
-    if not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0:
-        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction!r}; e.g. 0.005")
+    if val_fraction != AUTO and (not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0):
+        raise DataError(f"val_fraction must be 'auto' or in [0, 1), got {val_fraction!r}; e.g. 0.02")
     for name, value, low in (("max_tokens", max_tokens, 1), ("workers", workers, 1)):
         if value is not None and (not isinstance(value, int) or value < low):
             raise DataError(f"{name} must be a positive integer or None, got {value!r}")
@@ -187,27 +197,85 @@ def _check_options(val_fraction, max_tokens, shard_tokens, train_bytes, workers)
             raise DataError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _existing_dataset(out_dir: Path, options: dict, lenient: tuple[str, ...] = ()) -> dict | None:
-    """The meta of a finished identical dataset in ``out_dir``; None if the folder is free; else DataError.
-    Options in `lenient` that the existing dataset predates (absent from its meta) are not compared: a dataset
-    prepared before test splits existed is reused as it is when no test fraction is asked for explicitly."""
+def _check_test_fraction(val_fraction: float, test_fraction) -> None:
+    if not isinstance(test_fraction, int | float) or not 0.0 <= test_fraction < 1.0 - val_fraction:
+        raise DataError(f"test_fraction must be in [0, 1 - val_fraction), got {test_fraction!r}; e.g. 0.02")
+
+
+def _not_compared(old: dict, new: dict, given_test: bool) -> set[str]:
+    """The options an existing dataset's (`old`) are not compared on: the fraction rule (the fractions it gave
+    are), and options it predates where the call's value is what happened then: no test split unless one is asked
+    for, a file that is not UTF-8 left out (stdlib) or stopping prepare (other sources), and under auto the
+    fractions it was prepared at (it is reused as it is)."""
+    skip = {"val_fraction_rule"}
+    if "test_fraction" not in old and not given_test:
+        skip.add("test_fraction")
+    if "encoding_errors" not in old and new["encoding_errors"] == "skip":
+        skip.add("encoding_errors")
+    if "val_fraction_rule" not in old and new["val_fraction_rule"] == AUTO:
+        skip.update(("val_fraction",) if given_test else ("val_fraction", "test_fraction"))
+    return skip
+
+
+def _existing_dataset(out_dir: Path, options: dict, given_test: bool) -> dict | None:
+    """The meta of a finished identical dataset in ``out_dir`` (see :func:`_not_compared`), None without
+    ``meta.json``, else DataError."""
     if (out_dir / META_NAME).is_file():
         meta = load_meta(out_dir)
         old = meta.get("options", {})
-        diff = [k for k in options if old.get(k) != options[k] and not (k in lenient and k not in old)]
+        skip = _not_compared(old, options, given_test)
+        diff = [k for k in options if old.get(k) != options[k] and k not in skip]
         if diff:
             what = ", ".join(f"{k}={old.get(k)!r} (now {options[k]!r})" for k in diff)
-            raise DataError(f"{out_dir} already holds a dataset prepared with {what}; use another out_dir or delete it")
+            raise DataError(
+                f"{out_dir} already holds a dataset prepared with {what}; use another --out, or --overwrite to "
+                "replace it"
+            )
         itemsize = dtype_for_vocab(meta["vocab_size"]).itemsize
         for split in meta["splits"].values():
             for shard in split["shards"]:
                 path = out_dir / shard["file"]
                 if not path.is_file() or path.stat().st_size != HEADER_SIZE + shard["tokens"] * itemsize:
-                    raise DataError(f"{path} is missing or has the wrong size; delete {out_dir} and prepare again")
+                    raise DataError(f"{path} is missing or has the wrong size; prepare again with --overwrite")
         return meta
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise DataError(f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder")
     return None
+
+
+def _check_free(out_dir: Path) -> None:
+    """DataError unless ``out_dir`` is new or an empty folder."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DataError(
+            f"{out_dir} exists and is not a prepared dataset; pass an empty or new folder (--overwrite replaces "
+            "only a prepared dataset)"
+        )
+
+
+# What prepare writes into a dataset folder: meta.json, the tokenizer, the shards, and its hidden temporary files.
+_DATASET_FILE = re.compile(r"meta\.json|tokenizer\.json|angpt_tokenizer\.json|(train|val|test)_\d{6}\.bin|\..+\.tmp")
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    """DataError unless ``out_dir`` holds only what prepare writes, so --overwrite deletes nothing of the user's."""
+    others = sorted(p.name for p in out_dir.iterdir() if not (p.is_file() and _DATASET_FILE.fullmatch(p.name)))
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise DataError(
+            f"{out_dir} holds a prepared dataset and also {', '.join(others[:3])}{more}, which --overwrite would "
+            "delete; move them out or use another --out"
+        )
+
+
+def _swap_in(new: Path, out_dir: Path) -> None:
+    """Put the complete dataset ``new`` where the dataset ``out_dir`` is; the old one is deleted only once the new
+    one stands in its place, and a failed rename puts it back."""
+    old = new.with_name(new.name.replace(".tmp-", ".old-"))
+    os.replace(out_dir, old)
+    try:
+        os.replace(new, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
@@ -340,6 +408,11 @@ def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> N
     total, vf = train + val, options["val_fraction"]
     if total == 0:
         files = getattr(src, "files", ())
+        if src.skipped:
+            raise DataError(
+                f"source {src.name} yielded no documents: its files are not UTF-8 text ({src.skipped[0]}"
+                f"{' and more' if len(src.skipped) > 1 else ''}); pass --encoding-errors replace or convert them"
+            )
         if files and all(f.suffix == ".txt" for f in files):
             raise DataError(f"source {src.name} yielded no documents: its .txt files are empty; check the path")
         raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
@@ -443,5 +516,6 @@ def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, se
         "documents": sum(v["documents"] for v in splits.values()),
         "tokens": sum(v["tokens"] for v in splits.values()),
         "bytes": sum(v["bytes"] for v in splits.values()),
+        "skipped_files": list(src.skipped),  # not UTF-8, left out (encoding_errors skip); paths within the source
         "splits": splits,
     }

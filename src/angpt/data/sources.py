@@ -2,8 +2,8 @@
 
 Source strings:
 
-* ``"stdlib"``: every ``.py`` file of the running interpreter's standard library (``site-packages`` excluded,
-  files that are not UTF-8 skipped), in sorted path order, one document per file. No network needed.
+* ``"stdlib"``: every ``.py`` file of the running interpreter's standard library (``site-packages`` excluded), in
+  sorted path order, one document per file. No network needed.
 * a local path: a file or a folder searched recursively in sorted order, reading ``.txt``, ``.jsonl`` (one
   document per line, field ``text_field``) and ``.parquet`` (column ``text_field``) files.
 
@@ -28,6 +28,11 @@ Source strings:
   - ``hf:/local/folder``: a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, or a
     data folder that ``datasets.load_dataset`` understands (optionally ``hf:/local/folder:CONFIG``).
 
+Files that are not UTF-8 (``.txt`` files, and the few stdlib test files written in Latin-1 on purpose) follow
+``encoding_errors``: ``"skip"`` (default) leaves the file out and lists it in the source's ``skipped`` (prepare
+warns and records them in ``meta.json``), so one stray file does not stop a long prepare; ``"replace"`` keeps it with
+U+FFFD for each undecodable byte; ``"strict"`` stops with a one-line error naming the file.
+
 When the Hub cannot be reached (offline mode, no network) a Hub source fails within seconds with a DataError.
 """
 
@@ -47,6 +52,7 @@ from urllib.parse import urlparse
 from angpt.errors import DataError
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+ENCODING_ERRORS = ("skip", "replace", "strict")  # what a file that is not UTF-8 does: left out, U+FFFD, an error
 # One or more blank lines (empty or only spaces/tabs, CRLF too) after a newline; the newline stays with the block.
 DEFAULT_DOC_SEPARATOR = r"(?<=\n)(?:[ \t\r\f\v]*\n)+"
 HF_BUILDERS = ("parquet", "json", "csv", "text", "arrow")
@@ -159,10 +165,12 @@ def split_documents(text: str, separator: re.Pattern) -> Iterator[str]:
 class Source:
     """A document source; iterating it yields the documents (``str``) afresh each time, in a fixed order."""
 
-    def __init__(self, name: str, text_field: str = "text"):
+    def __init__(self, name: str, text_field: str = "text", encoding_errors: str = "skip"):
         self.name = name  # the normalised source string stored in meta.json
         self.text_field = text_field
         self.doc_separator: str | None = None  # the rule that cuts .txt files into documents; None: whole files
+        self.encoding_errors = encoding_errors
+        self.skipped: list[str] = []  # files left out as not UTF-8 by the latest pass, relative to the source
 
     def __iter__(self) -> Iterator[str]:
         raise NotImplementedError
@@ -172,21 +180,29 @@ class StdlibSource(Source):
     """The ``.py`` files of the running interpreter's standard library."""
 
     def __iter__(self) -> Iterator[str]:
+        self.skipped = []
+        root = Path(sysconfig.get_paths()["stdlib"])
         for f in list_stdlib_files():
             try:
-                text = f.read_bytes().decode("utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue  # a few stdlib test files are deliberately in other encodings
-            if text:
+                raw = f.read_bytes()
+            except OSError:
+                continue  # unreadable (permissions): not part of the corpus
+            text = _decode(f, raw, self.encoding_errors)  # a few stdlib test files are Latin-1 on purpose
+            if text is None:
+                self.skipped.append(f.relative_to(root).as_posix())
+            elif text:
                 yield text
 
 
 class LocalSource(Source):
     """A local ``.txt``/``.jsonl``/``.parquet`` file or folder."""
 
-    def __init__(self, path: Path, text_field: str = "text", doc_separator: str | None = None):
-        super().__init__(str(path), text_field)
+    def __init__(
+        self, path: Path, text_field: str = "text", doc_separator: str | None = None, encoding_errors: str = "skip"
+    ):
+        super().__init__(str(path), text_field, encoding_errors)
         self.files = list_local_files(path)
+        self._root = path if path.is_dir() else path.parent
         has_txt = any(f.suffix == ".txt" for f in self.files)
         if doc_separator is None:
             doc_separator = DEFAULT_DOC_SEPARATOR if path.is_file() and has_txt else ""
@@ -196,10 +212,13 @@ class LocalSource(Source):
         self._pattern = compile_doc_separator(doc_separator) if doc_separator else None
 
     def __iter__(self) -> Iterator[str]:
+        self.skipped = []
         for f in self.files:
             if f.suffix == ".txt":
-                text = _read_txt(f)
-                if self._pattern is None:
+                text = _decode(f, f.read_bytes(), self.encoding_errors)
+                if text is None:
+                    self.skipped.append(f.relative_to(self._root).as_posix())
+                elif self._pattern is None:
                     if text:
                         yield text
                 else:
@@ -210,11 +229,19 @@ class LocalSource(Source):
                 yield from _read_parquet(f, self.text_field)
 
 
-def _read_txt(path: Path) -> str:
+def _decode(path: Path, raw: bytes, errors: str) -> str | None:
+    """A file's text as UTF-8 under the ``encoding_errors`` policy; None when it is not UTF-8 and is skipped."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte {e.start}); convert it to UTF-8 or remove it") from e
+        if errors == "replace":
+            return raw.decode("utf-8", errors="replace")
+        if errors == "skip":
+            return None
+        raise DataError(
+            f"{path} is not UTF-8 text (byte {e.start}); convert it to UTF-8, or pass --encoding-errors skip to "
+            "leave it out or --encoding-errors replace to keep it with U+FFFD"
+        ) from e
 
 
 def _read_jsonl(path: Path, field: str) -> Iterator[str]:
@@ -353,17 +380,27 @@ def _is_saved_dataset(path: str) -> bool:
     return (p / "dataset_dict.json").is_file() or ((p / "state.json").is_file() and (p / "dataset_info.json").is_file())
 
 
-def open_source(source: str | os.PathLike, text_field: str = "text", doc_separator: str | None = None) -> Source:
+def open_source(
+    source: str | os.PathLike,
+    text_field: str = "text",
+    doc_separator: str | None = None,
+    encoding_errors: str = "skip",
+) -> Source:
     """Parse a source string (``stdlib``, a local path, or ``hf:...``) into a re-iterable :class:`Source`.
 
     ``doc_separator`` says how ``.txt`` files are cut into documents (see the module docstring); the rule
     applied is the source's ``doc_separator`` attribute (None when each file is one document).
+    ``encoding_errors`` (skip | replace | strict) says what a file that is not UTF-8 does.
     """
     if not isinstance(source, str | os.PathLike):
         raise DataError(f"data source must be a string or path, got {type(source).__name__}")
+    if encoding_errors not in ENCODING_ERRORS:
+        raise DataError(f"encoding_errors must be one of {', '.join(ENCODING_ERRORS)}, got {encoding_errors!r}")
     s = os.fspath(source)
     if s == "stdlib" or s.startswith("hf:"):
         if doc_separator:
             raise DataError(f"doc_separator cuts local .txt files, and source {s!r} has none; leave it out")
-        return StdlibSource("stdlib", text_field) if s == "stdlib" else HFSource(s, text_field)
-    return LocalSource(Path(os.path.abspath(os.path.expanduser(s))), text_field, doc_separator)
+        if s == "stdlib":
+            return StdlibSource("stdlib", text_field, encoding_errors)
+        return HFSource(s, text_field)  # datasets hands over decoded strings
+    return LocalSource(Path(os.path.abspath(os.path.expanduser(s))), text_field, doc_separator, encoding_errors)
