@@ -380,8 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--val-fraction",
         type=_fraction_or_auto,
         default="auto",
-        help="documents for validation (selection): a share such as 0.02, or auto (default): 0.5%% of the documents "
-        "but at least 20 documents and 50,000 byte-tokens, at most 10%%",
+        help="documents for validation (selection): a share such as 0.02, or auto: 0.5%% of the documents but at "
+        "least 20 documents and 50,000 byte-tokens, at most 10%% (default: %(default)s)",
     )
     s.add_argument(
         "--test-fraction",
@@ -401,8 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--encoding-errors",
         choices=("skip", "replace", "strict"),
         default="skip",
-        help="a file that is not UTF-8: skip it with a warning (default), replace its bad bytes with U+FFFD, or "
-        "strict: stop with an error naming it",
+        help="a file that is not UTF-8: skip it with a warning, replace its bad bytes with U+FFFD, or strict: stop "
+        "with an error naming it (default: %(default)s)",
     )
     s.add_argument(
         "--overwrite",
