@@ -355,7 +355,8 @@ def test_a_bare_dry_run_plans_this_machine_at_its_measured_rate(capsys, monkeypa
 
 def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
     """measured_cpu_mfu divides the block's counted training FLOPs by its best time and the peak: with the clock
-    stubbed to 1 s a pass, it is flops_per_token(t) x t / peak."""
+    stubbed to 1 s a pass, it is flops_per_token(t) x t x sequences / peak, with the run's micro-batch up to four
+    sequences."""
     from angpt.train import dryrun
 
     mcfg = make_config("gpt+", "tiny")
@@ -363,4 +364,6 @@ def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
     monkeypatch.setattr(dryrun.time, "perf_counter", lambda: float(next(ticks)))
     one = model_from_config(ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64}))
     t = min(mcfg.context_length, 128)
-    assert dryrun.measured_cpu_mfu(mcfg, 1024, "fp32", peak=1e12) == pytest.approx(one.flops_per_token(t) * t / 1e12)
+    for micro_batch, b in ((1, 1), (2, 2), (16, 4)):
+        mfu = dryrun.measured_cpu_mfu(mcfg, 1024, "fp32", peak=1e12, micro_batch=micro_batch)
+        assert mfu == pytest.approx(one.flops_per_token(t) * t * b / 1e12)

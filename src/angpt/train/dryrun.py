@@ -150,7 +150,7 @@ def plan_run(
         )
         device = Accelerator("cpu", measured[dtype], cpu_memory(), source)
         if mfu is None:
-            mfu, mfu_source = measured_cpu_mfu(mcfg, T, dtype, device.peak_flops), MEASURED
+            mfu, mfu_source = measured_cpu_mfu(mcfg, T, dtype, device.peak_flops, tc.micro_batch), MEASURED
     else:
         dtype = "fp32" if tc.dtype == "fp32" else "bf16"
     if mfu is None:
@@ -190,21 +190,31 @@ def plan_run(
 
 
 MEASURED = "measured on one block of this model on this CPU"
+# Sequences in the block's probe: one sequence of 128 tokens ran at 0.35 of the peak where the whole demo run
+# reached 0.44 (its micro-batch of 16 x 256 fills the matmuls better); four ran at 0.53 (benchmarks/RESULTS.md).
+PROBE_SEQUENCES = 4
 
 
 def measured_cpu_mfu(
-    mcfg: ModelConfig, seq_len: int, dtype: str, peak: float, reps: int = 3, budget_s: float = 0.5
+    mcfg: ModelConfig,
+    seq_len: int,
+    dtype: str,
+    peak: float,
+    micro_batch: int = PROBE_SEQUENCES,
+    reps: int = 3,
+    budget_s: float = 0.5,
 ) -> float:
     """The MFU this CPU reaches on the run's own shapes: one layer of the model (its width, heads and MLP; a
-    64-token vocabulary, so the embedding and head cost nothing), forward and backward over one sequence of up to
-    128 tokens, the best pass after a warm-up (at least `reps`, and more until `budget_s` has passed, at most 50: a
-    busy machine's best pass is still near its quiet one), against the measured matmul `peak`. A block, not the
-    whole model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak, so the
-    whole model does a little better (docs/recipes.md#what-a-dry-run-estimates)."""
+    64-token vocabulary, so the embedding and head cost nothing), forward and backward over up to
+    ``PROBE_SEQUENCES`` of the run's sequences of up to 128 tokens, the best pass after a warm-up (at least `reps`,
+    and more until `budget_s` has passed, at most 50: a busy machine's best pass is still near its quiet one),
+    against the measured matmul `peak`. A block, not the whole model, so that planning a 1B run takes a second; the
+    head's large matmul runs nearer the peak, and the optimizer step adds its own time
+    (docs/recipes.md#what-a-dry-run-estimates)."""
     one = ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64})
     model = model_from_config(one)
-    t = min(seq_len, one.context_length, 128)
-    x = torch.randint(0, 64, (1, t + 1), generator=torch.Generator().manual_seed(0))
+    t, b = min(seq_len, one.context_length, 128), max(1, min(micro_batch, PROBE_SEQUENCES))
+    x = torch.randint(0, 64, (b, t + 1), generator=torch.Generator().manual_seed(0))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
     best, start, passes = float("inf"), time.perf_counter(), 0
     while passes <= reps or (time.perf_counter() - start < budget_s and passes < 50):
@@ -215,7 +225,7 @@ def measured_cpu_mfu(
         if passes:  # the first pass is the warm-up
             best = min(best, time.perf_counter() - t0)
         passes += 1
-    return min(1.0, model.flops_per_token(t) * t / best / peak)
+    return min(1.0, model.flops_per_token(t) * t * b / best / peak)
 
 
 def _optimizer_summary(cfg: RunConfig) -> str:
