@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "installed into $(VENV): the command line is $(BIN)/angpt (or: source $(BIN)/activate; angpt --help)"
 
 # The main job: GPT+ and anGPT side by side, 1,000 optimizer steps each (1M tokens, a 4-layer d=128 model), both
-# trained at once on two cores (~6 min on a quiet 2-core machine after the install; benchmarks/RESULTS.md). One seed
-# at the recipes' learning rates: a demonstration that both learn, not evidence (see benchmarks/ for that). One
-# learning rate, so nothing is selected: --tuning-seed none trains each arm once instead of twice.
+# trained at once on two cores (5 min from a fresh clone on a quiet 2-core machine, install included;
+# benchmarks/RESULTS.md). One seed at the recipes' learning rates: a demonstration that both learn, not evidence
+# (see benchmarks/ for that). One learning rate, so nothing is selected: --tuning-seed none trains each arm once
+# instead of twice.
 # The report ends with the loss curves, the difference and a text sample from each model. Re-running resumes.
 demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
@@ -37,14 +38,14 @@ demo: $(STAMP)
 	@cat $(OUT)/report.md
 	@echo ""
 	@echo "Next: source $(VENV)/bin/activate, then angpt prepare --source YOUR_TEXT/ --out data/mine and"
-	@echo "angpt train --arch angpt --data data/mine --out runs/mine (README: 'The two commands')."
+	@echo "angpt train --config configs/demo-angpt.yaml --data data/mine --out runs/mine (README: 'Your own text')."
 
 train-demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
 	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out runs/train-demo --resume auto
 
-# `make test`: ruff and every test but the slow end-to-end ones (~12 min on 2 cores); `make test-slow` runs those
-# (~7 min; CI runs both: .ci/run).
+# `make test`: ruff and every test but the slow end-to-end ones (5 min on 2 quiet cores, from a fresh clone with the
+# venv made; benchmarks/RESULTS.md); `make test-slow` runs those (~6 min; CI runs both: .ci/run).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
