@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -30,7 +31,7 @@ from angpt.data.format import (
     write_shard,
 )
 from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source, StdlibSource, open_source
-from angpt.data.splits import AUTO, auto_fractions, split_value, split_warnings
+from angpt.data.splits import AUTO, auto_fractions, larger_fractions, split_value, split_warnings
 from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
 from angpt.errors import DataError
 
@@ -168,7 +169,7 @@ def prepare_dataset(
             except OSError:
                 break
         raise
-    for line in skip_warnings(meta) + split_warnings(meta, out_dir):
+    for line in skip_warnings(meta) + split_warnings(meta) + reprepare_hint(meta, out_dir):
         print(f"warning: {line}", file=sys.stderr)
     return meta
 
@@ -519,3 +520,32 @@ def _meta(src: Source, tok: Tokenizer, options, writers, stats, capped: bool, se
         "skipped_files": list(src.skipped),  # not UTF-8, left out (encoding_errors skip); paths within the source
         "splits": splits,
     }
+
+
+def reprepare_hint(meta: dict, out_dir: str | Path) -> list[str]:
+    """The line naming how to prepare ``out_dir`` again with larger held-out splits (data/splits.py proposes the
+    fractions), as a command with the source's own options; nothing when no split is too small or larger shares
+    would not help."""
+    fractions = larger_fractions(meta) if split_warnings(meta) else None
+    if fractions is None:
+        return []
+    options = meta.get("options", {})
+    val, test = (repr(float(fractions[s])) for s in ("val", "test"))
+    no_flag = {"seed": 0, "shard_tokens": DEFAULT_SHARD_TOKENS, "tokenizer_train_bytes": DEFAULT_TOKENIZER_TRAIN_BYTES}
+    if any(options.get(k, v) != v for k, v in no_flag.items()):  # the command line cannot say these
+        again = f"val_fraction={val}, test_fraction={test} and overwrite=True"
+        return [f"to re-prepare with larger held-out splits, call prepare again with {again}"]
+    argv = ["angpt", "prepare", "--source", options["source"], "--tokenizer", options["tokenizer"]]
+    argv += ["--out", str(out_dir)]
+    if options.get("max_tokens") is not None:
+        argv += ["--max-tokens", str(options["max_tokens"])]
+    if options.get("text_field", "text") != "text":
+        argv += ["--text-field", options["text_field"]]
+    source, rule = options["source"], options.get("doc_separator")
+    one_txt = source != "stdlib" and not source.startswith("hf:") and source.endswith(".txt") and Path(source).is_file()
+    if rule != (DEFAULT_DOC_SEPARATOR if one_txt else None):
+        argv += ["--doc-separator", rule or ""]  # not what the source gets by default
+    if options.get("encoding_errors", "skip") != "skip":
+        argv += ["--encoding-errors", options["encoding_errors"]]
+    argv += ["--val-fraction", val, "--test-fraction", test, "--overwrite"]
+    return [f"to re-prepare with larger held-out splits (replacing this one): {shlex.join(argv)}"]

@@ -1,15 +1,13 @@
 """Which documents are held out: the hash rule that puts a document in train, validation or test, the ``auto``
-share that gives a small corpus enough held-out documents, and the warning (with the command to re-prepare) when a
-held-out split is still too small to measure anything."""
+share that gives a small corpus enough held-out documents, and the warning (with the larger shares to prepare it
+again with) when a held-out split is still too small to measure anything."""
 
 from __future__ import annotations
 
 import hashlib
 import math
-import shlex
-from pathlib import Path
 
-from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source
+from angpt.data.sources import Source
 
 AUTO = "auto"
 # A validation split below these measures little: the loss of 50K tokens from 20 documents moves by a few
@@ -92,15 +90,13 @@ def _cut(values: list[float], k: int) -> tuple[float, int] | None:
     return None if k >= len(values) else ((values[k - 1] + values[k]) / 2, k)
 
 
-def split_warnings(meta: dict, out_dir: str | Path | None = None) -> list[str]:
-    """What a user should know about a dataset's validation and test splits before training on it, ending with
-    the command that prepares it again with larger ones (when ``out_dir`` is given and larger ones would help)."""
-    out, proposed = [], {}
+def split_warnings(meta: dict) -> list[str]:
+    """What a user should know about a dataset's validation and test splits before training on it."""
+    out = []
     for split, name in (("val", "validation"), ("test", "test")):
         held = meta.get("splits", {}).get(split, {})
         tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
-        proposed[split] = fraction or 0.0
+        fraction = _fraction(meta, split)
         if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
             continue  # none asked for (a fraction of 0), or enough
         out.append(
@@ -108,36 +104,25 @@ def split_warnings(meta: dict, out_dir: str | Path | None = None) -> list[str]:
             f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
             f"--{split}-fraction (now {fraction:.3g}) or add documents"
         )
-        need = fraction * max(MIN_VAL_DOCUMENTS / max(docs, 1), MIN_VAL_TOKENS / max(tokens, 1))
-        proposed[split] = max(fraction, next((f for f in _SUGGESTED if f >= need), _SUGGESTED[-1]))
-    if out and out_dir is not None:
-        out.extend(_reprepare_line(meta, Path(out_dir), proposed))
     return out
 
 
-def _reprepare_line(meta: dict, out_dir: Path, fractions: dict[str, float]) -> list[str]:
-    """The line naming how to prepare ``out_dir`` again at ``fractions`` (nothing when they hold no more)."""
-    from angpt.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_TOKENIZER_TRAIN_BYTES  # prepare imports us
+def larger_fractions(meta: dict) -> dict[str, float] | None:
+    """The held-out fractions to prepare a dataset again with, so that each small split reaches
+    ``MIN_VAL_DOCUMENTS`` and ``MIN_VAL_TOKENS`` (the next of ``_SUGGESTED`` that would, scaling its counts): None
+    when no split is too small, or when the largest suggested share holds no more (only more documents help)."""
+    fractions, larger = {}, False
+    for split in ("val", "test"):
+        held = meta.get("splits", {}).get(split, {})
+        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
+        fraction = fractions[split] = _fraction(meta, split) or 0.0
+        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
+            continue
+        need = fraction * max(MIN_VAL_DOCUMENTS / max(docs, 1), MIN_VAL_TOKENS / max(tokens, 1))
+        fractions[split] = max(fraction, next((f for f in _SUGGESTED if f >= need), _SUGGESTED[-1]))
+        larger = larger or fractions[split] > fraction
+    return fractions if larger else None
 
-    options = meta.get("options", {})
-    if fractions["val"] <= meta.get("val_fraction", 0) and fractions["test"] <= meta.get("test_fraction", 0):
-        return []  # already at the largest share we suggest: only more documents help
-    val, test = (repr(float(fractions[s])) for s in ("val", "test"))
-    no_flag = {"seed": 0, "shard_tokens": DEFAULT_SHARD_TOKENS, "tokenizer_train_bytes": DEFAULT_TOKENIZER_TRAIN_BYTES}
-    if any(options.get(k, v) != v for k, v in no_flag.items()):  # the command line cannot say these
-        again = f"val_fraction={val}, test_fraction={test} and overwrite=True"
-        return [f"to re-prepare with larger held-out splits, call prepare again with {again}"]
-    argv = ["angpt", "prepare", "--source", options["source"], "--tokenizer", options["tokenizer"]]
-    argv += ["--out", str(out_dir)]
-    if options.get("max_tokens") is not None:
-        argv += ["--max-tokens", str(options["max_tokens"])]
-    if options.get("text_field", "text") != "text":
-        argv += ["--text-field", options["text_field"]]
-    source, rule = options["source"], options.get("doc_separator")
-    one_txt = source != "stdlib" and not source.startswith("hf:") and source.endswith(".txt") and Path(source).is_file()
-    if rule != (DEFAULT_DOC_SEPARATOR if one_txt else None):
-        argv += ["--doc-separator", rule or ""]  # not what the source gets by default
-    if options.get("encoding_errors", "skip") != "skip":
-        argv += ["--encoding-errors", options["encoding_errors"]]
-    argv += ["--val-fraction", val, "--test-fraction", test, "--overwrite"]
-    return [f"to re-prepare with larger held-out splits (replacing this one): {shlex.join(argv)}"]
+
+def _fraction(meta: dict, split: str) -> float | None:
+    return meta.get(f"{split}_fraction", meta.get("options", {}).get(f"{split}_fraction"))
