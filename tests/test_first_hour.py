@@ -308,8 +308,9 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_trained_
 ):
     """A run at the recipe's rate (train.lr unset) records it: when the recipe's rate has changed since, resuming
     unchanged would go on at another rate than the first half's. It refuses in one line naming both and the rate to
-    pass; passing it resumes. A checkpoint older than the record (no `recipe` in state.json) is refused by its
-    scheduler state's rate, which loading it would otherwise bring back while the run recorded the new one."""
+    pass; passing it resumes, and the run's next checkpoint still records the recipe it started with (not today's,
+    without the rate the flag now gives). A checkpoint older than the record (no `recipe` in state.json) is refused
+    by its scheduler state's rate, which loading it would otherwise bring back while the run recorded the new one."""
     import json
 
     out, common = stopped_run
@@ -325,6 +326,9 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_trained_
     assert "train.lr=0.002 (the angpt recipe's at tiny; train.lr unset)" in line, line
     assert trained in line, line
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
+    if recorded:  # the resumed run keeps its record: a later resume is checked against the rate it started with
+        final = max(out.glob("checkpoints/step_*/state.json"), key=lambda p: int(p.parent.name.split("_")[1]))
+        assert json.loads(final.read_text())["recipe"]["lr"] == 0.004
 
 
 def test_a_recipe_warmup_changed_since_the_run_refuses_its_resume(stopped_run, monkeypatch, capsys):
