@@ -35,7 +35,7 @@ def test_version_prints_the_package_version(capsys):
 
 
 # ------------------------------------------------------------------------------------------- help defaults
-@pytest.mark.parametrize("name", ["prepare", "generate", "export"])
+@pytest.mark.parametrize("name", ["prepare", "generate", "export", "import-hf", "grow", "eval", "bench"])
 def test_every_option_with_a_value_shows_its_default(name):
     hidden = []
     for action in verb(name)._actions:

@@ -508,11 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
     s.add_argument("checkpoint")
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
-    s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline)")
-    s.add_argument("--limit", type=float, default=None)
+    s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline; default: none)")
+    s.add_argument(
+        "--limit", type=float, default=None, help="documents per task: a count >= 1 or a fraction (default: all)"
+    )
     s.add_argument("--batch-size", type=int, default=8)
-    s.add_argument("--out", default=None, help="write the results as JSON")
-    s.add_argument("--device", default=None)
+    s.add_argument("--out", default=None, help="write the results as JSON (default: print them only)")
+    s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cpu)")
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser(
@@ -526,18 +528,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--preset", default="demo")
     s.add_argument("--batch-size", type=int, default=8)
-    s.add_argument("--seq-len", type=int, default=None)
+    s.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's context)")
     s.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     s.add_argument("--compile", action="store_true")
     s.add_argument(
         "--loss",
         choices=["fused", "logits"],
         default="fused",
-        help="our models' training loss: chunked without the logits (as train.fused_loss, the default) or on them",
+        help="our models' training loss: chunked without the logits (as train.fused_loss) or on them "
+        "(default: %(default)s)",
     )
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--reps", type=int, default=10)
-    s.add_argument("--device", default=None)
+    s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda where there is one, else cpu)")
     s.set_defaults(func=cmd_bench)
 
     from angpt.study.comparison.cli import add_compare_parser
@@ -545,7 +548,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compare_parser(sub)
     add_scaling_parser(sub)
+    for verb in sub.choices.values():
+        _show_defaults(verb)
     return p
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: X)" to the help of each option that takes a value and has a default its help does not
+    already name, as argparse.ArgumentDefaultsHelpFormatter would (but only where there is a value to show: a None
+    default means "not given", which each help says in its own words)."""
+    for action in parser._actions:
+        takes_value = action.option_strings and action.nargs != 0 and not action.required
+        if not takes_value or action.help == argparse.SUPPRESS or "default" in (action.help or ""):
+            continue
+        if action.default is None or action.default is argparse.SUPPRESS:
+            continue
+        action.help = f"{action.help} (default: %(default)s)" if action.help else "(default: %(default)s)"
 
 
 def main(argv: list[str] | None = None) -> int:
