@@ -84,7 +84,8 @@ def test_every_shipped_recipe_dry_runs_offline_fast_with_the_true_parameter_coun
     assert "FLOPs/token" in out and "s/step" in out and "with activation checkpointing" in out
 
 
-def test_vocabulary_follows_a_prepared_data_folder_else_the_preset(data_dir, capsys):
+def test_vocabulary_follows_a_prepared_data_folder_else_the_preset(data_dir, capsys, tmp_path):
+    """The dry run plans without data; it says whether the folder is missing or there but not prepared."""
     from angpt.data import load_meta
 
     common = ["--preset", "tiny", "--train.batch_tokens", "512", "--train.micro_batch", "4", "--dry-run-gpus", "2"]
@@ -92,7 +93,10 @@ def test_vocabulary_follows_a_prepared_data_folder_else_the_preset(data_dir, cap
     padded = -(-load_meta(data_dir)["vocab_size"] // 64) * 64
     assert rc == 0 and f"V={padded};" in out and "meta.json" in out
     rc, out, _ = dry_run(capsys, *common, "--data", data_dir / "missing")
-    assert rc == 0 and "V=256;" in out and "is not prepared yet" in out  # the tiny preset's vocabulary
+    assert rc == 0 and "V=256;" in out and "missing does not exist)" in out  # the tiny preset's vocabulary
+    (tmp_path / "empty").mkdir()
+    rc, out, _ = dry_run(capsys, *common, "--data", tmp_path / "empty")
+    assert rc == 0 and "V=256;" in out and "empty is not prepared yet)" in out
 
 
 def test_paper_recipes_fit_an_80gb_gpu_and_report_the_papers_sizes():

@@ -99,7 +99,10 @@ def model_config(cfg: RunConfig, meta: dict | None, init_model: ModelConfig | No
         return mcfg, "model.vocab_size"
     if meta is not None:
         return mcfg, f"{cfg.data}/meta.json ({meta['vocab_size']} tokens, padded to a multiple of 64)"
-    why = f"{cfg.data} is not prepared yet" if cfg.data else "no data folder given"
+    if not cfg.data:
+        why = "no data folder given"
+    else:
+        why = f"{cfg.data} is not prepared yet" if Path(cfg.data).is_dir() else f"{cfg.data} does not exist"
     return mcfg, f"the preset ({why})"
 
 
