@@ -346,6 +346,34 @@ def test_clean_stale_tmp_removes_leftovers_of_a_killed_save(model, tmp_path):
     assert ckpt.clean_stale_tmp(tmp_path / "nothing-here") == []
 
 
+def test_a_kill_during_the_best_checkpoints_swap_loses_neither(model, tmp_path):
+    """The trainer writes a new best as .best_new_PID, moves best aside to .best_old_PID, then renames the new one
+    in. Killed between the two renames, the folder has no best: the next start puts the complete new one in place
+    (else the old one back) and removes what is left, half-written copies included."""
+    root = tmp_path / "checkpoints"
+    dead = 999_999_999
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ckpt.save_weights_checkpoint(root / f".best_old_{dead}", weights, {"model_config": {}, "best_val_loss": 2.0})
+    ckpt.save_weights_checkpoint(root / f".best_new_{dead}", weights, {"model_config": {}, "best_val_loss": 1.5})
+    (root / f".best_new_{dead}.tmp_{dead}").mkdir()  # an earlier kill, mid-write
+    removed = ckpt.clean_stale_tmp(tmp_path)
+    assert json.loads((root / "best" / "state.json").read_text())["best_val_loss"] == 1.5
+    assert sorted(p.name for p in removed) == sorted([f".best_old_{dead}", f".best_new_{dead}.tmp_{dead}"])
+    assert sorted(p.name for p in root.iterdir()) == ["best"]
+    ckpt.verify_checkpoint(root / "best")
+    # Killed after moving the old one aside but before the new one was complete: the old one comes back.
+    os.replace(root / "best", root / f".best_old_{dead}")
+    (root / f".best_new_{dead}.tmp_{dead}").mkdir()
+    ckpt.clean_stale_tmp(tmp_path)
+    assert json.loads((root / "best" / "state.json").read_text())["best_val_loss"] == 1.5
+    assert sorted(p.name for p in root.iterdir()) == ["best"]
+    # A live process's swap is left alone.
+    alive = root / f".best_new_{os.getppid()}"
+    shutil.copytree(root / "best", alive)
+    ckpt.clean_stale_tmp(tmp_path)
+    assert alive.is_dir()
+
+
 # ------------------------------------------------------------------------- 7. resuming a weights-only checkpoint
 def test_resume_of_an_imported_checkpoint_says_use_init_from(model, tmp_path):
     path = save_imported(tmp_path, model)

@@ -48,6 +48,9 @@ _HASH_CHUNK = 8 << 20
 _FINITE_CHUNK = 1 << 24  # elements per isfinite() call: bounds the temporary bool mask on a large tensor
 _STEP_DIR = re.compile(r"step_(\d+)")
 _LEFTOVER = re.compile(r"\.(tmp|old)_step_(\d+)_(\d+)")
+# The trainer's best checkpoint is swapped in as checkpoints/.best_new_PID -> best, the old one moved aside to
+# .best_old_PID; .best_new_PID.tmp_PID is the new one half-written (save_weights_checkpoint's hidden folder).
+_BEST_LEFTOVER = re.compile(r"\.best_(new|old)_(\d+)(?:\.tmp_(\d+))?")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # The type of each state.json key that some reader relies on (checked where present).
 _STATE_TYPES: dict[str, tuple[type, ...]] = {
@@ -385,6 +388,23 @@ def clean_stale_tmp(out: str | Path) -> list[Path]:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
+    return removed + _clean_best(root)
+
+
+def _clean_best(root: Path) -> list[Path]:
+    """What a kill during the best checkpoint's swap left (train/loop.py's _save_best): with no ``best`` in place, a
+    complete ``.best_new_PID`` (it exists only once fully written) becomes it, else the ``.best_old_PID`` it was to
+    replace comes back; every other leftover of a process no longer alive is removed. Returns the removed ones."""
+    found = [(m, p) for p in sorted(root.iterdir()) if (m := _BEST_LEFTOVER.fullmatch(p.name)) and p.is_dir()]
+    found = [(m, p) for m, p in found if not (int(m[2]) != os.getpid() and _pid_alive(int(m[2])))]
+    best = root / "best"
+    for kind in ("new", "old"):
+        for m, p in found:
+            if not best.exists() and m[1] == kind and m[3] is None and (p / STATE_FILE).is_file():
+                os.replace(p, best)
+    removed = [p for _, p in found if p.exists()]
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
     return removed
 
 
