@@ -90,6 +90,8 @@ def test_a_first_ctrl_c_is_answered_at_once_and_saves_after_the_step(data_dir, t
     args = ["--arch", "angpt", "--data", data_dir, *TINY, "--out", out, "--train.max_steps", "6"]
     assert run_cli(*args, "--train.save_every", "0") == 130
     assert "SIGINT received: stopping after step 2; Ctrl-C again to stop without saving" in heard["err"]
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # what was done, not the signal's line again
+    assert last.startswith("stopped by SIGINT: saved ") and last.endswith("at step 2; resume with --resume auto"), last
     assert [c.name for c in ckpt.list_checkpoints(out)] == ["step_000002"]
     assert metrics(out)[-1]["step"] == 2
 

@@ -584,8 +584,10 @@ class Trainer:
                 if stop:
                     status = "interrupted"
                     if info.is_main:
-                        why = (
-                            f"{signal.Signals(signals.received).name} received" if signals.received else "train.stop_at"
+                        why = (  # the signal's own line said "received" when it came: this one says what was done
+                            f"stopped by {signal.Signals(signals.received).name}"
+                            if signals.received
+                            else "train.stop_at"
                         )
                         print(
                             f"\n{why}: saved {last_ckpt} at step {self.step}; resume with --resume auto",
