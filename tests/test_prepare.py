@@ -215,7 +215,10 @@ def test_the_small_split_warning_gives_the_command_that_prepares_again(tmp_path,
     out = tmp_path / "out"
     args = ["prepare", "--source", str(src), "--tokenizer", "bytes", "--out", str(out), "--quiet"]
     assert main([*args, "--val-fraction", "0.02", "--max-tokens", "100000"]) == 0
-    lines = [x for x in capsys.readouterr().err.splitlines() if "angpt prepare" in x]
+    err = capsys.readouterr().err.splitlines()
+    small = [x for x in err if x.startswith("warning: the validation split holds")]
+    assert len(small) == 1 and "too few to measure" in small[0] and "(now 0.02)" in small[0], err
+    lines = [x for x in err if "angpt prepare" in x]
     assert len(lines) == 1 and lines[0].startswith("warning: to re-prepare with larger held-out splits"), lines
     command = shlex.split(lines[0].split(": ", 2)[2])
     assert command[:2] == ["angpt", "prepare"] and "--overwrite" in command and "--max-tokens" in command

@@ -379,8 +379,7 @@ def clean_stale_tmp(out: str | Path) -> list[Path]:
         m = _LEFTOVER.fullmatch(path.name)
         if m is None or not path.is_dir():
             continue
-        pid = int(m[3])
-        if pid != os.getpid() and _pid_alive(pid):
+        if _saving(int(m[3])):
             continue
         final = root / f"step_{m[2]}"
         if m[1] == "old" and not final.exists() and (path / STATE_FILE).is_file():
@@ -396,7 +395,7 @@ def _clean_best(root: Path) -> list[Path]:
     complete ``.best_new_PID`` (it exists only once fully written) becomes it, else the ``.best_old_PID`` it was to
     replace comes back; every other leftover of a process no longer alive is removed. Returns the removed ones."""
     found = [(m, p) for p in sorted(root.iterdir()) if (m := _BEST_LEFTOVER.fullmatch(p.name)) and p.is_dir()]
-    found = [(m, p) for m, p in found if not (int(m[2]) != os.getpid() and _pid_alive(int(m[2])))]
+    found = [(m, p) for m, p in found if not _saving(int(m[2]))]
     best = root / "best"
     for kind in ("new", "old"):
         for m, p in found:
@@ -406,6 +405,11 @@ def _clean_best(root: Path) -> list[Path]:
     for p in removed:
         shutil.rmtree(p, ignore_errors=True)
     return removed
+
+
+def _saving(pid: int) -> bool:
+    """Whether process `pid`, another one than this, is alive and may be saving right now."""
+    return pid != os.getpid() and _pid_alive(pid)
 
 
 def _pid_alive(pid: int) -> bool:

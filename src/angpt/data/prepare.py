@@ -526,7 +526,7 @@ def reprepare_hint(meta: dict, out_dir: str | Path) -> list[str]:
     """The line naming how to prepare ``out_dir`` again with larger held-out splits (data/splits.py proposes the
     fractions), as a command with the source's own options; nothing when no split is too small or larger shares
     would not help."""
-    fractions = larger_fractions(meta) if split_warnings(meta) else None
+    fractions = larger_fractions(meta)
     if fractions is None:
         return []
     options = meta.get("options", {})

@@ -92,36 +92,35 @@ def _cut(values: list[float], k: int) -> tuple[float, int] | None:
 
 def split_warnings(meta: dict) -> list[str]:
     """What a user should know about a dataset's validation and test splits before training on it."""
-    out = []
-    for split, name in (("val", "validation"), ("test", "test")):
-        held = meta.get("splits", {}).get(split, {})
-        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = _fraction(meta, split)
-        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
-            continue  # none asked for (a fraction of 0), or enough
-        out.append(
-            f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
-            f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
-            f"--{split}-fraction (now {fraction:.3g}) or add documents"
-        )
-    return out
+    return [
+        f"the {name} split holds {tokens:,} tokens in {docs} documents: too few to measure progress reliably "
+        f"(aim for >= {MIN_VAL_TOKENS:,} tokens from >= {MIN_VAL_DOCUMENTS} documents); raise "
+        f"--{split}-fraction (now {fraction:.3g}) or add documents"
+        for split, name, tokens, docs, fraction in _small_splits(meta)
+    ]
 
 
 def larger_fractions(meta: dict) -> dict[str, float] | None:
     """The held-out fractions to prepare a dataset again with, so that each small split reaches
     ``MIN_VAL_DOCUMENTS`` and ``MIN_VAL_TOKENS`` (the next of ``_SUGGESTED`` that would, scaling its counts): None
     when no split is too small, or when the largest suggested share holds no more (only more documents help)."""
-    fractions, larger = {}, False
-    for split in ("val", "test"):
-        held = meta.get("splits", {}).get(split, {})
-        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
-        fraction = fractions[split] = _fraction(meta, split) or 0.0
-        if not fraction or (tokens >= MIN_VAL_TOKENS and docs >= MIN_VAL_DOCUMENTS):
-            continue
+    fractions = {split: _fraction(meta, split) or 0.0 for split in ("val", "test")}
+    larger = False
+    for split, _, tokens, docs, fraction in _small_splits(meta):
         need = fraction * max(MIN_VAL_DOCUMENTS / max(docs, 1), MIN_VAL_TOKENS / max(tokens, 1))
         fractions[split] = max(fraction, next((f for f in _SUGGESTED if f >= need), _SUGGESTED[-1]))
         larger = larger or fractions[split] > fraction
     return fractions if larger else None
+
+
+def _small_splits(meta: dict):
+    """(split, its name, tokens, documents, fraction) of each held-out split asked for but too small to measure."""
+    for split, name in (("val", "validation"), ("test", "test")):
+        held = meta.get("splits", {}).get(split, {})
+        tokens, docs = held.get("tokens", 0), held.get("documents", 0)
+        fraction = _fraction(meta, split)
+        if fraction and (tokens < MIN_VAL_TOKENS or docs < MIN_VAL_DOCUMENTS):
+            yield split, name, tokens, docs, fraction
 
 
 def _fraction(meta: dict, split: str) -> float | None:
