@@ -29,6 +29,31 @@ def test_bench_step_table(monkeypatch):
     assert table.count("\n") == 4 and "qwen3" in table
 
 
+def test_compiled_arms_start_afresh_with_room_under_dynamos_recompile_limit(monkeypatch):
+    """Our arms share one forward code object that Dynamo compiles once per model: with its default limit of 8 an
+    earlier shape of the same process made the 2026-11-27 loan's 0.5B nGPT arm run eagerly. Each compiled
+    bench_step resets Dynamo and compiles every model under a limit with room for all arms (torch.compile stubbed:
+    on a CPU each compile costs seconds)."""
+    import torch._dynamo
+
+    from angpt.bench import step as bench
+
+    seen, resets = [], []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+
+    def compile(model, **kwargs):
+        seen.append(torch._dynamo.config.recompile_limit)
+        return model
+
+    monkeypatch.setattr(bench.torch, "compile", compile)
+    archs = ["gpt+", "ngpt", "angpt", "gpt+[n_layers=1]"]
+    bench.bench_step(archs, "tiny", batch_size=1, seq_len=8, warmup=0, reps=1, compile=True)
+    assert resets == [1] and len(seen) == 2 * len(archs) and min(seen) >= 4 * len(archs)
+    assert torch._dynamo.config.recompile_limit == 8  # restored after
+    bench.bench_step(archs[:1], "tiny", batch_size=1, seq_len=8, warmup=0, reps=1, compile=False)
+    assert resets == [1]
+
+
 def test_matmul_peak_is_a_rate():
     assert 1e8 < matmul_peak("fp32", torch.device("cpu"), n=256, reps=2) < 1e14
 
@@ -53,6 +78,28 @@ def test_the_cpu_peak_outlasts_a_slow_start(monkeypatch):
         assert hardware.measured_cpu_peak("fp32") == pytest.approx(2 * 1024**3 / 0.001)
     finally:
         hardware._cpu_peak.cache_clear()
+
+
+def test_a_gpu_peak_times_many_matmuls_per_synchronisation(monkeypatch):
+    """On a GPU a synchronisation costs about what a matmul does, so `matmul_peak` times a batch of them between two
+    (a single 2048-size matmul per timing read 404 TFLOP/s on an H200 that runs at 781). Stubbed clock: every
+    timing costs 20 us of synchronisation and the matmuls nothing, so the figure grows with the batch."""
+    from angpt.train import hardware
+
+    clock, syncs = [0.0], [0]
+
+    def sync(device):
+        syncs[0] += 1
+        if syncs[0] % 2 == 0:
+            clock[0] += 20e-6
+
+    monkeypatch.setattr(hardware, "_sync", sync)
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: clock[0])
+    cpu = torch.device("cpu")
+    one = hardware.matmul_peak("fp32", cpu, n=64, reps=2, batch=1)
+    ten = hardware.matmul_peak("fp32", cpu, n=64, reps=2, batch=10)
+    assert one == pytest.approx(2 * 64**3 / 20e-6) and ten == pytest.approx(10 * one)
+    assert hardware.peak_shape(torch.device("cuda")) == (8192, 10) and hardware.peak_shape(cpu) == (2048, 1)
 
 
 @pytest.mark.slow

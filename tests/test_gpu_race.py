@@ -349,6 +349,44 @@ def test_the_planner_keeps_the_order_and_starts_only_what_fits(monkeypatch):
     assert data["waiting"] and data["waiting"][0].startswith("tune")
 
 
+def test_a_compiled_speed_shape_is_planned_with_its_compiling_and_alone():
+    """The 2026-11-27 loan (H200) timed gpt2-small eager (35.5 s) and compiled (211.7 s) and the 0.5B eager (68.3 s);
+    its 0.5B compiled shape, planned as one piece with the rest at a share of the budget (105 s), was cut off by
+    the command's limit. Each shape is now its own piece, a compiled one estimated as its eager twin plus the
+    compiling measured elsewhere (with a quarter more): 68.3 + 1.25 x 176.2 = 288.6 s."""
+    shapes = [{"preset": p, "batch": b, "seq_len": t, "compile": c}
+              for p, b, t in (("gpt2-small", 16, 1024), ("0.5B", 8, 2048)) for c in (False, True)]  # fmt: skip
+    cfg = {**copy.deepcopy(LOAN_CFG), "speed": {"budget_s": 420, "shapes": shapes}}
+    first, _ = loan.plan(cfg, [])
+    assert [p.key for p in first[:4]] == [f"speed {loan._shape_name(s)}" for s in shapes]
+    assert [p.estimate_s for p in first[:4]] == [105.0] * 4  # nothing measured yet: a share of the budget each
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
+    measured = json.loads(root.read_text())
+    assert [s["seconds"] for s in measured["speed"]] == [35.5, 211.7, 68.3]
+    pieces, _ = loan.plan(cfg, [measured])
+    assert pieces[0].key == "speed 0.5B 8x2048 compiled" and pieces[0].shapes == [shapes[3]]
+    assert pieces[0].estimate_s == pytest.approx(68.3 + 1.25 * (211.7 - 35.5))
+    assert pieces[1].stage == "screen"
+
+
+def test_mfu_is_read_against_the_environment_steps_peak_and_the_datasheets():
+    """The 2026-11-27 loan's bench measured its peak with single 2048-size matmuls, 404 TFLOP/s on an H200 whose
+    8192-size matmuls ran at 781.5 (the environment step): its rows say 91% MFU for GPT+ compiled. The report
+    divides by the environment's peak instead (360 TFLOP/s: 46%) and gives the datasheet's (989.5: 36%) beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+    import report
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
+    d = json.loads(root.read_text())
+    compiled = d["speed"][1]
+    assert compiled["compile"] and compiled["rows"][0]["arch"] == "gpt+" and compiled["rows"][0]["peak_fraction"] > 0.9
+    lines = report.targets(compiled, d["env"])
+    assert lines[0].startswith("GPT+ compiled at gpt2-small: 46% of the measured bf16 matmul peak")
+    assert "met; 36% of the datasheet's" in lines[0]
+    table = "\n".join(report._speed(d["speed"], d["env"]))
+    assert "| gpt+ | 191M | 46.6 | 1.000 | 351,855 | 360 | 46% | 36% | 11.8 | 1.000 |" in table
+
+
 def test_optional_pieces_fill_room_that_a_required_piece_does_not_fit(monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(loan.time, "time", lambda: clock[0])

@@ -111,6 +111,32 @@ def test_first_steps_run_the_architectures_hook_as_the_trainer_does():
         first_steps(arm, next_batch=zipf_batches(256, 4, 32), **common)
 
 
+def test_a_compiled_first_steps_run_trains_through_the_compiled_forward(monkeypatch):
+    """The GPU screen runs compiled (`screen.compile`, ~2x the eager step there): the training step calls what
+    torch.compile returned, and the losses match the eager run's. torch.compile stubbed by a wrapper that counts
+    its calls (a real compile costs seconds on a CPU)."""
+    import angpt.bench.firststeps as fs
+
+    calls = []
+
+    class Counted(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, *a, **k):
+            calls.append(1)
+            return self.net(*a, **k)
+
+    monkeypatch.setattr(fs.torch, "compile", lambda net, **kw: Counted(net))
+    probe = torch.randint(0, 256, (1, 32))
+    common = dict(preset="tiny", lr=1e-3, steps=2, probe=probe, batch_tokens=128, context_length=32)
+    eager = first_steps("angpt", next_batch=zipf_batches(256, 4, 32), **common)
+    assert calls == []
+    compiled = first_steps("angpt", next_batch=zipf_batches(256, 4, 32), compile=True, **common)
+    assert len(calls) == 2 and [r["loss"] for r in compiled.records] == [r["loss"] for r in eager.records]
+
+
 def tiny_run(data_dir, out, **model):
     overrides = [
         ("arch", "angpt"),

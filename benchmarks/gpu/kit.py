@@ -256,6 +256,9 @@ def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
             entry["status"] = "skipped: out of the step's time budget"
             out.append(entry)
             continue
+        entry["status"] = "running"  # what a loan cut off here brings back
+        out.append(entry)
+        res.set("speed", out)
         t0 = time.time()
         try:
             rows = bench_step(
@@ -280,7 +283,6 @@ def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
             entry["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 1)
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        out.append(entry)
         res.set("speed", out)
     return out
 
@@ -331,6 +333,7 @@ def sweep_one(cfg: dict, spec: dict, data: dict, arm: str, lr: float, seed: int,
         side_batches=lambda n: [side.next_batch()[0] for _ in range(n)],
         vocab_size=data["vocab_size"],
         context_length=T,
+        compile=bool(spec.get("compile", False)),
     )
     if cfg["device"] == "cuda":
         torch.cuda.empty_cache()

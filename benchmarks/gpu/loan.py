@@ -87,7 +87,7 @@ def measured_shapes(loans: list[dict]) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ estimates
 def step_seconds(stage: str, spec: dict, loans: list[dict]) -> tuple[float, str] | None:
     """The slowest median step time an earlier loan measured for a run of `stage` at `spec`'s shape."""
-    shape = {k: spec.get(k) for k in ("preset", "model", "seq_len", "batch_tokens", "micro_batch")}
+    shape = {k: spec.get(k) for k in ("preset", "model", "seq_len", "batch_tokens", "micro_batch", "compile")}
     found = []
     for loan in loans:
         s = (loan.get("settings") or {}).get("race" if stage in ("tune", "seed") else "screen") or {}
@@ -100,6 +100,28 @@ def step_seconds(stage: str, spec: dict, loans: list[dict]) -> tuple[float, str]
         return None
     t, where = max(found)
     return t, f"measured on loan {where}"
+
+
+def speed_seconds(shape: dict, cfg: dict, loans: list[dict]) -> float:
+    """Seconds the kit's speed step takes at `shape` (every arm, its timings and profile). A compiled shape whose
+    eager twin an earlier loan timed: that time plus the compiling, measured as compiled minus eager at another
+    shape, with a quarter more for a larger graph (2026-11-27, H200: gpt2-small 35 s eager, 212 s compiled; the
+    0.5B's compiled shape, planned at a share of the budget (105 s), ran past 250 s and was cut off). Else the
+    earlier loans' time at the same shape, else a share of the settings' budget."""
+    timed = {}
+    for loan in loans:
+        for s in loan.get("speed") or []:
+            if s.get("status") == "done" and s.get("seconds"):
+                key = (s["preset"], s["batch"], s["seq_len"], bool(s["compile"]))
+                timed[key] = max(timed.get(key, 0.0), float(s["seconds"]))
+    key = (shape["preset"], shape["batch"], shape["seq_len"], bool(shape["compile"]))
+    if key in timed:
+        return timed[key]
+    eager = timed.get(key[:3] + (False,))
+    compiling = [c - timed[k[:3] + (False,)] for k, c in timed.items() if k[3] and k[:3] + (False,) in timed]
+    if shape["compile"] and eager is not None and compiling:
+        return eager + 1.25 * max(compiling)
+    return float(cfg["speed"]["budget_s"]) / len(cfg["speed"]["shapes"])
 
 
 def race_step_estimate(race: dict, loans: list[dict], assume: dict) -> tuple[float, str]:
@@ -172,17 +194,17 @@ def plan(cfg: dict, loans: list[dict]) -> tuple[list[Piece], list[str]]:
             for s in cfg["speed"]["shapes"]
             if {k: s[k] for k in ("preset", "batch", "seq_len", "compile")} not in measured
         ]
-        if todo:
-            share = cfg["speed"]["budget_s"] * len(todo) / len(cfg["speed"]["shapes"])
-            pieces.append(Piece("speed", "speed " + ", ".join(_shape_name(s) for s in todo), [], share, shapes=todo))
+        for s in todo:  # one piece a shape, so that the deadline is checked before each
+            pieces.append(Piece("speed", "speed " + _shape_name(s), [], speed_seconds(s, cfg, loans), shapes=[s]))
     scr = cfg.get("screen")
     if scr:
         got = step_seconds("screen", scr, loans)
         per_step = got[0] if got else float(assume["screen_step_s"])
+        setup = float(assume.get("screen_setup_s", 15))  # build, probe, and the compiling of a compiled screen
         for arm, seed in scr["runs"]:
             run = Run(arm, float(scr["lr"]), int(seed), int(scr["steps"]))
             if run_key("screen", run) not in done:
-                pieces.append(Piece("screen", run_key("screen", run), [run], per_step * run.steps * 1.02 + 15))
+                pieces.append(Piece("screen", run_key("screen", run), [run], per_step * run.steps * 1.02 + setup))
     race = cfg.get("race")
     if race and not race.get("defaults_settled"):
         notes.append(

@@ -147,6 +147,7 @@ def first_steps(
     max_steps: int | None = None,
     on_step: Callable[[FirstSteps], None] | None = None,
     side_batches: Callable[[int], list[torch.Tensor]] | None = None,
+    compile: bool = False,
     **model: Any,
 ) -> FirstSteps:
     """Train `arm` (as `angpt compare` writes arms: ``angpt``, ``angpt[s_z_init=16]``, with train keys such as
@@ -157,6 +158,9 @@ def first_steps(
     ``||h||`` on `probe` (token ids [B, T], in eval mode). It stops as "diverged" at a non-finite loss or gradient
     norm, or a loss above `stop_factor` times the first step's, and as "out of time" past `deadline`
     (time.time()). `on_step` is called after every step (to write results as they come).
+
+    `compile`: the forward runs through torch.compile, as `train.compile` does (the first step's time includes the
+    compiling; the step time reported is the median).
 
     The architecture's hook runs before every step as in the trainer (``nu_att: calibrated`` measures there, on
     `side_batches(n)`: n training token-id batches apart from `next_batch`'s stream); its note goes in the record.
@@ -171,7 +175,8 @@ def first_steps(
     betas = (train.pop("beta1", 0.9), train.pop("beta2", 0.95))
     grad_clip = train.pop("grad_clip", 1.0)
     opt, sched = make_optimizer(net, parsed.arch, lr=lr, max_steps=max_steps or steps, betas=betas, **train)
-    step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip)
+    forward = torch.compile(net) if compile else None
+    step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip, forward=forward)
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)
     before_step, side = registry.of(net).before_step, _side(side_batches, arm, dev)

@@ -10,6 +10,7 @@ as a fraction of a matmul peak measured in the same run, at the same dtype.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -79,6 +80,19 @@ def build_arm(arm: str, preset: str) -> tuple[str, nn.Module]:
     return parsed.label, build_model(parsed.arch, preset, **parsed.model)
 
 
+@contextlib.contextmanager
+def _dynamo_room(compile: bool, arms: int):
+    """Our arms share one forward code object, which Dynamo compiles once per model and shape up to its recompile
+    limit (8): the arms' training and inference models with an earlier shape of the same process pass it (the
+    2026-11-27 loan's 0.5B shape did, and nGPT's forward then ran eagerly). Compiled arms start afresh, with room."""
+    if not compile:
+        yield
+        return
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=max(8, 4 * arms)):
+        yield
+
+
 def bench_step(
     archs: list[str],
     preset: str = "demo",
@@ -103,56 +117,61 @@ def bench_step(
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cpu":
         keep_freed_memory()  # as training does
-    runs = []
-    for name in archs:
-        torch.manual_seed(seed)
-        arch, model = build_arm(name, preset)
-        model = model.to(dev)
-        model.fused_loss = fused_loss  # our models' training loss, as train.fused_loss sets it (peers ignore it)
-        T = seq_len or model.config.context_length
-        opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
-        infer = fold_for_inference(model).to(dev)
-        # dynamic=False: several models share forward code objects, and Dynamo would otherwise take the second
-        # model's call for a shape change and recompile the first with dynamic-shape kernels (3x slower on CPU).
-        compiled = torch.compile(model, dynamic=False) if compile else model
-        step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=compiled)
-        infer_fn = torch.compile(infer, dynamic=False) if compile else infer
-        x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)
-        runs.append((arch, model, step, infer_fn, x))
+    with _dynamo_room(compile, len(archs)):
+        runs = []
+        for name in archs:
+            torch.manual_seed(seed)
+            arch, model = build_arm(name, preset)
+            model = model.to(dev)
+            model.fused_loss = fused_loss  # our models' training loss, as train.fused_loss sets it (peers ignore it)
+            T = seq_len or model.config.context_length
+            opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
+            infer = fold_for_inference(model).to(dev)
+            # dynamic=False: several models share forward code objects, and Dynamo would otherwise take the second
+            # model's call for a shape change and recompile the first with dynamic-shape kernels (3x slower on CPU).
+            compiled = torch.compile(model, dynamic=False) if compile else model
+            step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=compiled)
+            infer_fn = torch.compile(infer, dynamic=False) if compile else infer
+            x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)
+            runs.append((arch, model, step, infer_fn, x))
 
-    def train_step(run):
-        _, _, step, _, x = run
-        step(lambda: (x[:, :-1], x[:, 1:]))
+        def train_step(run):
+            _, _, step, _, x = run
+            step(lambda: (x[:, :-1], x[:, 1:]))
 
-    @torch.no_grad()
-    def infer_step(run):
-        _, _, _, fn, x = run
-        with autocast(dev, dtype):
-            fn(x[:, :-1])
+        @torch.no_grad()
+        def infer_step(run):
+            _, _, _, fn, x = run
+            with autocast(dev, dtype):
+                fn(x[:, :-1])
 
-    # Training steps first, then inference, each interleaved across architectures: a training step between two
-    # inference forwards would evict their caches and blur the inference comparison.
-    peak = matmul_peak(dtype, dev)
-    times = {run[0]: ([], []) for run in runs}
-    for kind, step in ((0, train_step), (1, infer_step)):
-        for rep in range(warmup + reps):
-            for run in runs:
-                synchronize(dev)
-                t0 = time.perf_counter()
-                step(run)
-                synchronize(dev)
-                if rep >= warmup:
-                    times[run[0]][kind].append(time.perf_counter() - t0)
-    peak = max(peak, matmul_peak(dtype, dev))  # the best of two measurements, before and after the timings
-    tables = {run[0]: profile_table(lambda run=run: train_step(run), profile_steps, dev, profile_rows) for run in runs}
-    out = []
-    for a, m, _, _, x in runs:
-        t = StepTiming(a, m.num_params(), 1e3 * statistics.median(times[a][0]), 1e3 * statistics.median(times[a][1]))
-        t.profile = tables[a]
-        T = x.shape[1] - 1
-        t.train_flops = m.flops_per_token(T) * batch_size * T / (t.train_ms / 1e3)
-        t.peak_fraction = t.train_flops / peak
-        out.append(t)
+        # Training steps first, then inference, each interleaved across architectures: a training step between two
+        # inference forwards would evict their caches and blur the inference comparison.
+        peak = matmul_peak(dtype, dev)
+        times = {run[0]: ([], []) for run in runs}
+        for kind, step in ((0, train_step), (1, infer_step)):
+            for rep in range(warmup + reps):
+                for run in runs:
+                    synchronize(dev)
+                    t0 = time.perf_counter()
+                    step(run)
+                    synchronize(dev)
+                    if rep >= warmup:
+                        times[run[0]][kind].append(time.perf_counter() - t0)
+        peak = max(peak, matmul_peak(dtype, dev))  # the best of two measurements, before and after the timings
+        tables = {
+            run[0]: profile_table(lambda run=run: train_step(run), profile_steps, dev, profile_rows) for run in runs
+        }
+        out = []
+        for a, m, _, _, x in runs:
+            t = StepTiming(
+                a, m.num_params(), 1e3 * statistics.median(times[a][0]), 1e3 * statistics.median(times[a][1])
+            )
+            t.profile = tables[a]
+            T = x.shape[1] - 1
+            t.train_flops = m.flops_per_token(T) * batch_size * T / (t.train_ms / 1e3)
+            t.peak_fraction = t.train_flops / peak
+            out.append(t)
     for t in out:
         t.train_ratio = t.train_ms / out[0].train_ms
         t.infer_ratio = t.infer_ms / out[0].infer_ms
