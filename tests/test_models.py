@@ -480,3 +480,26 @@ def test_the_trainers_onset_advice_comes_from_the_registry():
     )
     source = inspect.getsource(loop)
     assert "input_norm" not in source and "nu_att" not in source
+
+
+def test_nu_att_none_skips_the_identity_attention_factor(monkeypatch):
+    """With nu_att: none (anGPT's default) the per-position factor is 1 everywhere: the blocks skip the multiply
+    of the [B, H, T, dh] attention output and of its gradient, with the same logits as multiplying by the ones;
+    dense and calibrated still multiply."""
+    from angpt.models.base import Context
+
+    calls = []
+    factor = Context.att_factor
+    monkeypatch.setattr(Context, "att_factor", lambda self, T: calls.append(T) or factor(self, T))
+    x = torch.randint(0, 256, (2, 16))
+    torch.manual_seed(0)
+    model = angpt.build_model("angpt", "tiny", nu_att="none")
+    skipped = model(x)[0]
+    assert calls == []
+    for b in model.blocks:
+        b.scale_att = True
+    assert torch.equal(model(x)[0], skipped) and len(calls) == model.config.n_layers
+    for mode in ("dense", "calibrated"):
+        calls.clear()
+        angpt.build_model("angpt", "tiny", nu_att=mode)(x)
+        assert len(calls) == model.config.n_layers

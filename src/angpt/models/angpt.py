@@ -59,6 +59,7 @@ class ANGPTBlock(Block):
         self.n_heads, self.head_dim, self.d_ff = cfg.n_heads, cfg.head_dim, dff
         self.scale = scale
         self.nu = nu
+        self.scale_att = cfg.nu_att != "none"
         self.norm_attn_input, self.norm_mlp_input = cfg.input_norm == "block", cfg.input_norm in ("mlp", "block")
         self.act = ACTIVATIONS[cfg.activation]
         self.qkv = nn.Linear(d, 3 * d, bias=False)
@@ -98,7 +99,9 @@ class ANGPTBlock(Block):
             s_qk = self.s_qk().view(self.n_heads, 1, self.head_dim)
             (q, k), scale = unit_qk(q, k, s_qk * s_qk * self.scale), 1.0
         # o = nu_att[t] SDPA(q, k, v)
-        o = attend(q, k, v, scale, ctx.cache, self.layer) * ctx.att_factor(q.shape[-2]).to(q.dtype)
+        o = attend(q, k, v, scale, ctx.cache, self.layer)
+        if self.scale_att:  # nu_att: none is 1 at every position: no [B, H, T, dh] multiply there and back
+            o = o * ctx.att_factor(q.shape[-2]).to(q.dtype)
         # h_A = nu_p W_p o;  h = nu(a_A) (h + a_A (h_A - h))
         if self.recorder is not None:
             self.record(attn_out=o, h_A=scaled_linear(merge_heads(o), self.proj.weight, nu.nu_p))
