@@ -1,5 +1,8 @@
 """`angpt bench step`: the peer arm is the same model as our GPT+, and the table has every column filled."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -41,17 +44,42 @@ def test_compiled_arms_start_afresh_with_room_under_dynamos_recompile_limit(monk
     seen, resets = [], []
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
 
+    projected = []
+
     def compile(model, **kwargs):
-        seen.append(torch._dynamo.config.recompile_limit)
-        return model
+        if isinstance(model, torch.nn.Module):
+            seen.append(torch._dynamo.config.recompile_limit)
+            return model
+        return lambda *a: projected.append(1) or model(*a)  # the weight constraint's projection
 
     monkeypatch.setattr(bench.torch, "compile", compile)
     archs = ["gpt+", "ngpt", "angpt", "gpt+[n_layers=1]"]
-    bench.bench_step(archs, "tiny", batch_size=1, seq_len=8, warmup=0, reps=1, compile=True)
+    rows = bench.bench_step(archs, "tiny", batch_size=1, seq_len=8, warmup=0, reps=1, compile=True)
     assert resets == [1] and len(seen) == 2 * len(archs) and min(seen) >= 4 * len(archs)
     assert torch._dynamo.config.recompile_limit == 8  # restored after
+    # the compiled constraint runs after each step and again for its own timing (the eager one beside it)
+    assert rows[2].constraint_ms is not None and len(projected) >= 2 * (1 + 6)
     bench.bench_step(archs[:1], "tiny", batch_size=1, seq_len=8, warmup=0, reps=1, compile=False)
     assert resets == [1]
+
+
+def test_the_bench_times_the_weight_constraint_beside_the_step():
+    """Each arm with a weight constraint reports its time after a step, as the step runs it and eager (compiled runs
+    compile it; the H200's profile put anGPT's excess there); GPT+ and the peer have none."""
+    rows = bench_step(["gpt+", "angpt", "ngpt", "qwen3"], "tiny", batch_size=1, seq_len=8, warmup=0, reps=1)
+    by = {r.arch: r for r in rows}
+    assert by["gpt+"].constraint_ms is None and by["qwen3"].constraint_ms is None
+    for arch in ("angpt", "ngpt"):
+        assert by[arch].constraint_ms > 0 and by[arch].constraint_ms == by[arch].constraint_eager_ms  # eager run
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+    import report
+
+    line = report._constraint_line([{**vars(r), "constraint_ms": 0.4} if r.arch == "angpt" else vars(r) for r in rows])
+    assert line == [
+        "- the weight constraint after each step, as the step runs it: angpt 0.40 ms (eager "
+        f"{by['angpt'].constraint_eager_ms:.2f}), ngpt {by['ngpt'].constraint_ms:.2f} ms (eager "
+        f"{by['ngpt'].constraint_eager_ms:.2f})"
+    ]
 
 
 def test_matmul_peak_is_a_rate():

@@ -47,6 +47,59 @@ def test_compiled_training_is_one_graph_matches_eager_and_does_not_recompile(arc
     )
 
 
+def _stretched(arch):
+    """A tiny model whose rows lie on both sides of norm 1 (anGPT's projection moves only the longer ones)."""
+    torch.manual_seed(0)
+    model = angpt.build_model(arch, "tiny")
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(0.5 + torch.rand(p.shape[0], 1, generator=gen))
+    return model
+
+
+def test_a_compiled_training_forward_compiles_the_weight_constraint_too(monkeypatch):
+    """`compile_for_training` (train.compile, the compiled bench and screen) hands the optimizer's constraint hook to
+    torch.compile as well: eager it launches a norm and a division per matrix from Python after every step, most of
+    anGPT's excess over GPT+'s compiled step on the H200 (benchmarks/RESULTS.md). torch.compile stubbed here; the
+    compiled projection's numbers are test_the_compiled_weight_constraint_matches_the_eager_one's."""
+    from angpt.train import step as train_step
+
+    compiled = []
+    monkeypatch.setattr(train_step.torch, "compile", lambda f, **kw: compiled.append(f) or f)
+    for arch, hooked in (("angpt", True), ("ngpt", True), ("gpt+", False)):
+        compiled.clear()
+        model = angpt.build_model(arch, "tiny")
+        opt, _ = angpt.make_optimizer(model, lr=1e-3, max_steps=10)
+        assert hasattr(opt, "weight_constraint") == hooked
+        assert train_step.compile_for_training(model, opt) is model
+        assert compiled[-1] is model and len(compiled) == 1 + hooked
+        if hooked:
+            assert opt.weight_constraint.compiled is not None and compiled[0] is angpt.models.constraints.project
+
+
+@pytest.mark.slow
+def test_the_compiled_weight_constraint_matches_the_eager_one():
+    """inductor's projection gives the eager constraint's weights: anGPT's rows longer than 1 come to 1 and the others
+    stay as they were; nGPT's all come to 1, over the dims each matrix is constrained along."""
+    from angpt.models.constraints import ConstraintHook
+
+    for arch in ("angpt", "ngpt"):
+        eager, compiled = _stretched(arch), _stretched(arch)
+        before = {n: p.detach().clone() for n, p in eager.named_parameters()}
+        ConstraintHook(eager.constraint_groups())()
+        hook = ConstraintHook(compiled.constraint_groups())
+        hook.compile()
+        hook()
+        assert hook.compiled is not None
+        moved = 0
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+            assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), (arch, name)
+            moved += int(not torch.equal(b, before[name]))
+        assert moved >= 2 * eager.config.n_layers  # the projection ran on the compiled model's weights
+
+
 @pytest.mark.slow
 def test_train_compile_true_matches_eager(data_dir, tmp_path):
     """`angpt train --train.compile true` (inductor) gives eager's losses and un-prefixed checkpoint keys."""

@@ -128,7 +128,7 @@ def test_a_compiled_first_steps_run_trains_through_the_compiled_forward(monkeypa
             calls.append(1)
             return self.net(*a, **k)
 
-    monkeypatch.setattr(fs.torch, "compile", lambda net, **kw: Counted(net))
+    monkeypatch.setattr(fs.torch, "compile", lambda f, **kw: Counted(f) if isinstance(f, torch.nn.Module) else f)
     probe = torch.randint(0, 256, (1, 32))
     common = dict(preset="tiny", lr=1e-3, steps=2, probe=probe, batch_tokens=128, context_length=32)
     eager = first_steps("angpt", next_batch=zipf_batches(256, 4, 32), **common)

@@ -153,12 +153,21 @@ def _speed(speed: list | None, env: dict | None = None) -> list[str]:
             cells += [f"{100 * mfu(r, peak):.0f}%"] + ([f"{100 * r['train_flops'] / sheet:.0f}%"] if sheet else [])
             cells += [f"{r['infer_ms']:.1f}", f"{r['infer_ratio']:.3f}"]
             out.append("| " + " | ".join(cells) + " |")
-        out += ["", *[f"- {line}" for line in targets(shape, env)], ""]
+        out += ["", *[f"- {line}" for line in targets(shape, env)], *_constraint_line(rows), ""]
         for r in rows:
             if r.get("profile"):
                 out += [f"<details><summary>{r['arch']}: top kernels (torch.profiler)</summary>", "", "```"]
                 out += [r["profile"].rstrip(), "```", "", "</details>", ""]
     return out
+
+
+def _constraint_line(rows: list[dict]) -> list[str]:
+    """The weight constraint's own time per step, as the step runs it and eager (rows of loans since 2026-11-27)."""
+    got = [r for r in rows if r.get("constraint_ms") is not None]
+    if not got:
+        return []
+    parts = [f"{r['arch']} {r['constraint_ms']:.2f} ms (eager {r['constraint_eager_ms']:.2f})" for r in got]
+    return ["- the weight constraint after each step, as the step runs it: " + ", ".join(parts)]
 
 
 def peaks(env: dict | None) -> tuple[float, float]:

@@ -21,7 +21,7 @@ import torch
 
 from angpt.models import build_model, inspect_norms, registry
 from angpt.train.optim import make_optimizer
-from angpt.train.step import Batch, TrainStep, autocast, synchronize
+from angpt.train.step import Batch, TrainStep, autocast, compile_for_training, synchronize
 
 # The issue-22 stability criteria: after step 5 the training loss never exceeds 1.3x its running minimum, and no
 # pre-clip gradient norm exceeds 100x the run's median.
@@ -175,7 +175,7 @@ def first_steps(
     betas = (train.pop("beta1", 0.9), train.pop("beta2", 0.95))
     grad_clip = train.pop("grad_clip", 1.0)
     opt, sched = make_optimizer(net, parsed.arch, lr=lr, max_steps=max_steps or steps, betas=betas, **train)
-    forward = torch.compile(net) if compile else None
+    forward = compile_for_training(net, opt) if compile else None
     step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip, forward=forward)
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from angpt.errors import UserError
-from angpt.models import build_model, fold_for_inference, make_config, registry
+from angpt.models import apply_constraints, build_model, fold_for_inference, make_config, registry
 from angpt.models.layers import cross_entropy
 from angpt.train.hardware import keep_freed_memory, matmul_peak
 from angpt.train.optim import make_optimizer
-from angpt.train.step import TrainStep, autocast, synchronize
+from angpt.train.step import TrainStep, autocast, compile_for_training, synchronize
 
 
 @dataclass
@@ -37,6 +37,8 @@ class StepTiming:
     train_flops: float = 0.0  # model FLOP/s of the training step
     peak_fraction: float = 0.0  # train_flops / the matmul peak measured in the same run
     profile: str | None = None  # torch.profiler's table of the step's costliest kernels (profile_steps > 0)
+    constraint_ms: float | None = None  # the weight constraint after each step, as the step runs it (None: none)
+    constraint_eager_ms: float | None = None  # the same, eager: a compiled run's constraint beside its eager form
 
 
 class Qwen3Peer(nn.Module):
@@ -129,7 +131,7 @@ def bench_step(
             infer = fold_for_inference(model).to(dev)
             # dynamic=False: several models share forward code objects, and Dynamo would otherwise take the second
             # model's call for a shape change and recompile the first with dynamic-shape kernels (3x slower on CPU).
-            compiled = torch.compile(model, dynamic=False) if compile else model
+            compiled = compile_for_training(model, opt, dynamic=False) if compile else model
             step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=compiled)
             infer_fn = torch.compile(infer, dynamic=False) if compile else infer
             x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)
@@ -162,6 +164,7 @@ def bench_step(
         tables = {
             run[0]: profile_table(lambda run=run: train_step(run), profile_steps, dev, profile_rows) for run in runs
         }
+        constraint = {run[0]: constraint_times(run[2].optimizer, dev) for run in runs}
         out = []
         for a, m, _, _, x in runs:
             t = StepTiming(
@@ -171,11 +174,34 @@ def bench_step(
             T = x.shape[1] - 1
             t.train_flops = m.flops_per_token(T) * batch_size * T / (t.train_ms / 1e3)
             t.peak_fraction = t.train_flops / peak
+            t.constraint_ms, t.constraint_eager_ms = constraint[a]
             out.append(t)
     for t in out:
         t.train_ratio = t.train_ms / out[0].train_ms
         t.infer_ratio = t.infer_ms / out[0].infer_ms
     return out
+
+
+def constraint_times(optimizer, dev: torch.device, reps: int = 5) -> tuple[float | None, float | None]:
+    """Median ms of the optimizer's weight-constraint hook as the step runs it, and of its eager form (the same
+    figure for an eager run); (None, None) without a constraint (GPT+, the Qwen3 peer). Measured after the
+    timings: the projection changes nothing more by then, and costs the same."""
+    hook = getattr(optimizer, "weight_constraint", None)
+    if hook is None:
+        return None, None
+
+    def ms(fn) -> float:
+        times = []
+        for _ in range(reps + 1):
+            synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(dev)
+            times.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(times[1:])
+
+    eager = ms(lambda: apply_constraints(hook.groups))
+    return (ms(hook) if hook.compiled is not None else eager), eager
 
 
 def profile_table(step, steps: int, dev: torch.device, rows: int = 15) -> str | None:
@@ -196,12 +222,14 @@ def profile_table(step, steps: int, dev: torch.device, rows: int = 15) -> str | 
 
 def format_table(rows: list[StepTiming]) -> str:
     lines = [
-        "| arch | params | train ms/step | train ratio | train GFLOP/s | of matmul peak | infer ms | infer ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arch | params | train ms/step | train ratio | train GFLOP/s | of matmul peak | infer ms | infer ratio | "
+        "constraint ms (eager) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        c = "-" if r.constraint_ms is None else f"{r.constraint_ms:.2f} ({r.constraint_eager_ms:.2f})"
         lines.append(
             f"| {r.arch} | {r.params / 1e6:.2f}M | {r.train_ms:.1f} | {r.train_ratio:.3f} | "
-            f"{r.train_flops / 1e9:.1f} | {100 * r.peak_fraction:.0f}% | {r.infer_ms:.1f} | {r.infer_ratio:.3f} |"
+            f"{r.train_flops / 1e9:.1f} | {100 * r.peak_fraction:.0f}% | {r.infer_ms:.1f} | {r.infer_ratio:.3f} | {c} |"
         )
     return "\n".join(lines)

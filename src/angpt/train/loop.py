@@ -46,7 +46,7 @@ from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
 from angpt.train.resume import check_resumed_rate, rate_source
 from angpt.train.signals import StopSignals
-from angpt.train.step import TrainStep, autocast, check_compute, synchronize
+from angpt.train.step import TrainStep, autocast, check_compute, compile_for_training, synchronize
 from angpt.train.summary import RunSummary, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
@@ -188,7 +188,7 @@ class Trainer:
             dtype=self.dtype,
             accum=accum,
             grad_clip=tc.grad_clip,
-            forward=torch.compile(self.model) if tc.compile else self.model,
+            forward=compile_for_training(self.model, self.opt) if tc.compile else self.model,
             dist=info,
         )
 

@@ -74,6 +74,15 @@ class StepStats:
     data_time: float  # seconds spent fetching batches
 
 
+def compile_for_training(model: nn.Module, optimizer: torch.optim.Optimizer, **kwargs):
+    """torch.compile(model, **kwargs) as a training forward, with the weight constraint the optimizer runs after
+    each step compiled too (`ConstraintHook.compile`); what `train.compile` does."""
+    hook = getattr(optimizer, "weight_constraint", None)
+    if hook is not None:
+        hook.compile()
+    return torch.compile(model, **kwargs)
+
+
 class TrainStep:
     """One optimizer step over `accum` micro-batches.
 
