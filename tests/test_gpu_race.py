@@ -363,6 +363,14 @@ def test_a_compiled_speed_shape_is_planned_with_its_compiling_and_alone():
     root = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
     measured = json.loads(root.read_text())
     assert [s["seconds"] for s in measured["speed"]] == [35.5, 211.7, 68.3]
+    # the race runs compiled: its step is estimated at GPT+'s compiled MFU (46%; eager: 23%), x 0.7
+    race = {**cfg["race"], "compile": True}
+    per_step, how = loan.race_step_estimate(race, [measured], cfg["assume"])
+    peak = measured["env"]["bf16_matmul_tflops"] * 1e12
+    mfu = measured["speed"][1]["rows"][0]["train_flops"] / peak
+    assert how == "GPT+'s measured MFU compiled 46% x 0.7"
+    assert per_step == pytest.approx(loan.race_flops_per_token(race) * race["batch_tokens"] / (0.7 * mfu * peak))
+    assert loan.race_step_estimate({**race, "compile": False}, [measured], cfg["assume"])[1].endswith("eager 23% x 0.7")
     pieces, _ = loan.plan(cfg, [measured])
     assert pieces[0].key == "speed 0.5B 8x2048 compiled" and pieces[0].shapes == [shapes[3]]
     assert pieces[0].estimate_s == pytest.approx(68.3 + 1.25 * (211.7 - 35.5))

@@ -125,22 +125,25 @@ def speed_seconds(shape: dict, cfg: dict, loans: list[dict]) -> float:
 
 
 def race_step_estimate(race: dict, loans: list[dict], assume: dict) -> tuple[float, str]:
-    """Seconds per race step: measured at the race's shape, else its FLOPs at the MFU GPT+ reached in a speed
-    measurement (eager, against the measured bf16 peak) times 0.7 for the smaller width, else the assumption."""
+    """Seconds per race step: measured at the race's shape, else its FLOPs at the lowest MFU GPT+ reached in a
+    speed measurement compiled as the race is (`race.compile`; against the measured bf16 peak) times 0.7 for the
+    smaller width, else the assumption."""
     measured = step_seconds("tune", race, loans)
     if measured:
         return measured
     flops = race_flops_per_token(race)
+    compiled = bool(race.get("compile", False))
     mfus = []
     for loan in loans:
         peak = ((loan.get("env") or {}).get("bf16_matmul_tflops") or 0) * 1e12
         for s in loan.get("speed") or []:
             for r in s.get("rows") or []:
-                if r["arch"] == "gpt+" and not s.get("compile") and peak:
+                if r["arch"] == "gpt+" and bool(s.get("compile")) == compiled and peak:
                     mfus.append((r["train_flops"] / peak, peak))
     if mfus:
         mfu, peak = min(mfus)
-        return flops * race["batch_tokens"] / (0.7 * mfu * peak), f"GPT+'s measured MFU {mfu:.0%} x 0.7"
+        how = "compiled" if compiled else "eager"
+        return flops * race["batch_tokens"] / (0.7 * mfu * peak), f"GPT+'s measured MFU {how} {mfu:.0%} x 0.7"
     return float(assume["race_step_s"]), "assumed (settings)"
 
 
