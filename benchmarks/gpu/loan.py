@@ -15,11 +15,12 @@ loan), in the issue's order:
 4. seed    one reported seed at a time: both arms at every budget, at the rates the tuning chose (largest budget
            first, both arms of a budget in the same loan, so that a pair shares the loan's corpus).
 
-Extra arms (nGPT) are optional pieces, planned after the required ones: they run where a loan has room left that no
-required piece fits. A loan starts the first piece of the plan whose estimated time fits before the deadline (a run
-cut short counts for nothing: no arm is stopped early), then plans again. The estimate comes from earlier loans'
-step times at the same shape, else from the measured MFU, else from the settings' assumption. The data (the
-machine's own corpus, benchmarks/gpu/corpus.py) is made once, before the first piece that trains.
+Extra arms (nGPT) and speed shapes marked `optional` are optional pieces, planned after the required ones: they run
+where a loan has room left that no required piece fits. A loan starts the first piece of the plan whose estimated
+time fits before the deadline (a run cut short counts for nothing: no arm is stopped early), then plans again. The
+estimate comes from earlier loans' step times at the same shape, else from the measured MFU, else from the settings'
+assumption. The data (the machine's own corpus, benchmarks/gpu/corpus.py) is made once, before the first piece that
+trains.
 """
 
 from __future__ import annotations
@@ -74,14 +75,19 @@ def done_keys(loans: list[dict]) -> set[str]:
     return out
 
 
-def measured_shapes(loans: list[dict]) -> list[dict]:
-    """The speed shapes some loan measured (status done)."""
-    return [
-        {k: s[k] for k in ("preset", "batch", "seq_len", "compile")}
+SHAPE_KEYS = ("preset", "batch", "seq_len", "compile")
+
+
+def measured(shape: dict, loans: list[dict]) -> bool:
+    """Whether some loan measured a speed `shape` of the settings (status done), and did so at or after its `since`
+    (a UTC time, "YYYY-MM-DD HH:MM", set when a fix is to be measured again: a loan started earlier does not count)."""
+    key = {k: shape[k] for k in SHAPE_KEYS}
+    since = str(shape.get("since", ""))
+    return any(
+        {k: s.get(k) for k in SHAPE_KEYS} == key and s.get("status") == "done" and str(loan.get("started", "")) >= since
         for loan in loans
         for s in loan.get("speed") or []
-        if s.get("status") == "done"
-    ]
+    )
 
 
 # ------------------------------------------------------------------------------------------------ estimates
@@ -107,7 +113,8 @@ def speed_seconds(shape: dict, cfg: dict, loans: list[dict]) -> float:
     eager twin an earlier loan timed: that time plus the compiling, measured as compiled minus eager at another
     shape, with a quarter more for a larger graph (2026-11-27, H200: gpt2-small 35 s eager, 212 s compiled; the
     0.5B's compiled shape, planned at a share of the budget (105 s), ran past 250 s and was cut off). Else the
-    earlier loans' time at the same shape, else a share of the settings' budget."""
+    earlier loans' time at the same shape (a shape measured again after a fix) and a tenth more, else a share of
+    the settings' budget."""
     timed = {}
     for loan in loans:
         for s in loan.get("speed") or []:
@@ -115,8 +122,8 @@ def speed_seconds(shape: dict, cfg: dict, loans: list[dict]) -> float:
                 key = (s["preset"], s["batch"], s["seq_len"], bool(s["compile"]))
                 timed[key] = max(timed.get(key, 0.0), float(s["seconds"]))
     key = (shape["preset"], shape["batch"], shape["seq_len"], bool(shape["compile"]))
-    if key in timed:
-        return timed[key]
+    if key in timed:  # measured again after a fix: its time then, and a tenth more
+        return 1.1 * timed[key]
     eager = timed.get(key[:3] + (False,))
     compiling = [c - timed[k[:3] + (False,)] for k, c in timed.items() if k[3] and k[:3] + (False,) in timed]
     if shape["compile"] and eager is not None and compiling:
@@ -191,14 +198,10 @@ def plan(cfg: dict, loans: list[dict]) -> tuple[list[Piece], list[str]]:
     done, notes, pieces = done_keys(loans), [], []
     assume = cfg.get("assume", {})
     if "speed" in cfg:
-        measured = measured_shapes(loans)
-        todo = [
-            s
-            for s in cfg["speed"]["shapes"]
-            if {k: s[k] for k in ("preset", "batch", "seq_len", "compile")} not in measured
-        ]
+        todo = [s for s in cfg["speed"]["shapes"] if not measured(s, loans)]
         for s in todo:  # one piece a shape, so that the deadline is checked before each
-            pieces.append(Piece("speed", "speed " + _shape_name(s), [], speed_seconds(s, cfg, loans), shapes=[s]))
+            est = speed_seconds(s, cfg, loans)
+            pieces.append(Piece("speed", "speed " + _shape_name(s), [], est, bool(s.get("optional")), shapes=[s]))
     scr = cfg.get("screen")
     if scr:
         got = step_seconds("screen", scr, loans)
@@ -257,7 +260,7 @@ def plan(cfg: dict, loans: list[dict]) -> tuple[list[Piece], list[str]]:
                         if group:
                             key = f"seed {seed} steps={steps} " + ", ".join(f"{r.arm}@{r.lr:g}" for r in group)
                             pieces.append(Piece("seed", key, group, sum(cost(r.steps) for r in group), optional))
-    return pieces, notes
+    return sorted(pieces, key=lambda p: p.optional), notes  # optional pieces after every required one, else in order
 
 
 SHAPES = [(384, 8, 6), (384, 12, 6), (512, 8, 8), (512, 12, 8), (640, 10, 10), (768, 12, 12)]  # d, layers, heads
@@ -308,11 +311,13 @@ def _shape_name(s: dict) -> str:
 
 
 def describe(cfg: dict, loans: list[dict]) -> str:
-    """What the next loan would run, piece by piece, in a deadline of cfg['deadline_s'] (`kit.py --plan --loan`)."""
+    """What the next loan would run, piece by piece, in a deadline of cfg['deadline_s'] after the environment step
+    (`assume.env_s`) (`kit.py --plan --loan`)."""
     pieces, notes = plan(cfg, loans)
     tokens = data_tokens(cfg, pieces)
     corpus = corpus_seconds(loans, cfg.get("assume", {}), tokens)
-    left, made = cfg["deadline_s"] - RESERVE_S, False
+    env = float(cfg.get("assume", {}).get("env_s", 0))  # the environment step, before the first piece
+    left, made = cfg["deadline_s"] - RESERVE_S - env, False
     lines = [f"# GPU kit plan: the next loan ({cfg['deadline_s']} s; {len(loans)} earlier loan(s) read)", ""]
     for p in pieces:
         need = p.estimate_s + (corpus if p.stage != "speed" and not made else 0.0)
