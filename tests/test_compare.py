@@ -712,6 +712,7 @@ def test_report_names_the_dtype_the_runs_computed_in_and_flags_a_mix(compared, t
     _, finished, _ = compared
     results = sorted((finished / "runs").rglob("result.json"))
     assert results and {json.loads(p.read_text())["dtype"] for p in results} == {"fp32"}
+    assert {json.loads(p.read_text())["compiled"] for p in results} == {False}  # train.compile auto, on a CPU
     assert json.loads((finished / "report.json").read_text())["machine"]["dtype"] == "fp32"
     assert not any("dtypes" in w for w in json.loads((finished / "report.json").read_text())["warnings"])
 

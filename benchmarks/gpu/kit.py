@@ -44,7 +44,7 @@ class Results:
         self.data: dict[str, Any] = {
             "profile": profile,
             "settings": settings,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),  # loan.measured compares with UTC
             "command": " ".join(sys.argv),
             "revision": _revision(),
             "timeline": [],
@@ -669,6 +669,9 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
     import race_report
     from corpus import prepare_race_data
 
+    if cfg.get("device") == "cuda" and hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        # a compiled forward past Dynamo's recompile limit would run eagerly without a word and be timed as compiled
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     root = Path(a.race_root)
     try:
         loans = race_report.load_loans(root) if root.is_dir() else []

@@ -175,7 +175,7 @@ def first_steps(
     betas = (train.pop("beta1", 0.9), train.pop("beta2", 0.95))
     grad_clip = train.pop("grad_clip", 1.0)
     opt, sched = make_optimizer(net, parsed.arch, lr=lr, max_steps=max_steps or steps, betas=betas, **train)
-    forward = compile_for_training(net, opt) if compile else None
+    forward = compile_for_training(net, opt, fresh=True) if compile else None
     step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip, forward=forward)
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)

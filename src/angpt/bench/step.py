@@ -91,8 +91,11 @@ def _dynamo_room(compile: bool, arms: int):
         yield
         return
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(recompile_limit=max(8, 4 * arms)):
-        yield
+    try:
+        with torch._dynamo.config.patch(recompile_limit=max(8, 4 * arms)):
+            yield
+    finally:
+        torch._dynamo.reset()  # this shape's graphs: none of them is called again
 
 
 def bench_step(

@@ -45,6 +45,8 @@ def slice_norms(t: torch.Tensor, dim: int) -> torch.Tensor:
 def project(tensors: list[torch.Tensor], dims: tuple[int, ...], kind: str) -> None:
     """One group's constraint, matrix by matrix (`apply_constraints` without the foreach calls): the form that
     torch.compile fuses into one norm-and-divide kernel per matrix."""
+    if kind not in ("bounded", "unit"):
+        raise ValueError(f"unknown weight constraint {kind!r}")
     floor = 1.0 if kind == "bounded" else 1e-12
     for t, dim in zip(tensors, dims):
         f = t.float()

@@ -110,6 +110,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         train_loss=last.get("loss"),
         step_time_median=median(step_times),
         dtype=result.dtype,  # what `auto` resolved to in this run: the report checks that every run agrees
+        compiled=result.compiled,  # train.compile as resolved (auto: on CUDA): its step times differ ~2x
         wall_s=time.time() - t0,
         **run_health(rows),
     )

@@ -52,7 +52,7 @@ class TrainConfig:
     beta2: float = 0.95  # Adam beta2
     grad_clip: float = 1.0  # clip the global gradient norm to this (0: off)
     dtype: str = "auto"  # auto: bf16 autocast where the device supports it, else fp32; params stay fp32
-    compile: bool = False  # torch.compile the forward
+    compile: bool | str = "auto"  # torch.compile the forward: auto = on CUDA (where triton is), off on CPUs
     init_any_tokenizer: bool = False  # let --init_from start from weights trained with another tokenizer
     spike_factor: float = 0.0  # stop when a step's loss exceeds this multiple of the running mean (0 disables)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: memory for ~1/3 time
@@ -108,6 +108,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "spike_factor": (lambda v: v == 0 or v > 1, "0 (off) or a number > 1, e.g. 3"),
     "peak_flops": (lambda v: v > 0, "a positive number (FLOP/s per device) or null"),
     "dtype": (lambda v: v in ("auto", "bf16", "fp32"), "auto, bf16 or fp32"),
+    "compile": (lambda v: v is True or v is False or v == "auto", "true, false or auto"),
 }
 
 
@@ -257,6 +258,8 @@ def parse_value(key: str, text: str) -> Any:
         return text
     tp = _field_type(key)
     if tp is not None and str in _kinds(tp) and value is not None and not isinstance(value, str):
+        if bool in _kinds(tp) and isinstance(value, bool):
+            return value  # --train.compile true (true, false or auto)
         return text  # --train.wandb_project 2024, --out 1e3: names, not numbers
     return value
 

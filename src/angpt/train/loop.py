@@ -46,7 +46,14 @@ from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
 from angpt.train.resume import check_resumed_rate, rate_source
 from angpt.train.signals import StopSignals
-from angpt.train.step import TrainStep, autocast, check_compute, compile_for_training, synchronize
+from angpt.train.step import (
+    TrainStep,
+    autocast,
+    check_compute,
+    compile_for_training,
+    resolve_compile,
+    synchronize,
+)
 from angpt.train.summary import RunSummary, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
@@ -70,6 +77,7 @@ class TrainResult:
     step_time_median: float | None
     signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
     dtype: str | None = None  # the compute dtype actually used ("bf16" or "fp32", never "auto")
+    compiled: bool | None = None  # whether the forward ran through torch.compile (train.compile resolved)
     best: Path | None = None  # checkpoints/best: the weights of the lowest validation loss (train.keep_best)
     best_val_loss: float | None = None
     test_loss: float | None = None  # on the test split, at the last step (datasets with one)
@@ -136,7 +144,8 @@ class Trainer:
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
-        notes = check_compute(self.dtype, info.device, tc.compile)
+        self.compile = resolve_compile(tc.compile, info.device)
+        notes = check_compute(self.dtype, info.device, self.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
         if cfg.dist == "fsdp" and not info.enabled:
@@ -188,7 +197,7 @@ class Trainer:
             dtype=self.dtype,
             accum=accum,
             grad_clip=tc.grad_clip,
-            forward=compile_for_training(self.model, self.opt) if tc.compile else self.model,
+            forward=compile_for_training(self.model, self.opt, fresh=True) if self.compile else self.model,
             dist=info,
         )
 
@@ -237,7 +246,7 @@ class Trainer:
             params=self.base.num_params(),
             params_non_embedding=self.base.num_params(embeddings=False) if has_embed else None,
             device=device,
-            dtype=self.dtype,
+            dtype=f"{self.dtype}, compiled" if self.compile else self.dtype,
             lr=lr,
             lr_from=lr_from or " (train.lr)",
             batch_tokens=tc.batch_tokens,
@@ -610,6 +619,7 @@ class Trainer:
             step_time_median=times[len(times) // 2] if times else None,
             signal=signals.received,
             dtype=self.dtype,
+            compiled=self.compile,
             best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,
             best_val_loss=self.best_val if self.best_step is not None else None,
         )
