@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import race_report as rr  # benchmarks/gpu/race_report.py: the rates are chosen where the report chooses them
+from report import peaks  # benchmarks/gpu/report.py: the measured peak MFU is read against
 
 RESERVE_S = 20.0  # left at the end for the report
 
@@ -75,16 +76,17 @@ def done_keys(loans: list[dict]) -> set[str]:
     return out
 
 
-SHAPE_KEYS = ("preset", "batch", "seq_len", "compile")
+def shape_key(s: dict) -> tuple:
+    """What identifies a speed shape, in the settings and in a loan's results: (preset, batch, context, compiled)."""
+    return s.get("preset"), s.get("batch"), s.get("seq_len"), bool(s.get("compile"))
 
 
 def measured(shape: dict, loans: list[dict]) -> bool:
     """Whether some loan measured a speed `shape` of the settings (status done), and did so at or after its `since`
     (a UTC time, "YYYY-MM-DD HH:MM", set when a fix is to be measured again: a loan started earlier does not count)."""
-    key = {k: shape[k] for k in SHAPE_KEYS}
     since = str(shape.get("since", ""))
     return any(
-        {k: s.get(k) for k in SHAPE_KEYS} == key and s.get("status") == "done" and str(loan.get("started", "")) >= since
+        shape_key(s) == shape_key(shape) and s.get("status") == "done" and str(loan.get("started", "")) >= since
         for loan in loans
         for s in loan.get("speed") or []
     )
@@ -119,9 +121,8 @@ def speed_seconds(shape: dict, cfg: dict, loans: list[dict]) -> float:
     for loan in loans:
         for s in loan.get("speed") or []:
             if s.get("status") == "done" and s.get("seconds"):
-                key = (s["preset"], s["batch"], s["seq_len"], bool(s["compile"]))
-                timed[key] = max(timed.get(key, 0.0), float(s["seconds"]))
-    key = (shape["preset"], shape["batch"], shape["seq_len"], bool(shape["compile"]))
+                timed[shape_key(s)] = max(timed.get(shape_key(s), 0.0), float(s["seconds"]))
+    key = shape_key(shape)
     if key in timed:  # measured again after a fix: its time then, and a tenth more
         return 1.1 * timed[key]
     eager = timed.get(key[:3] + (False,))
@@ -135,14 +136,14 @@ def race_step_estimate(race: dict, loans: list[dict], assume: dict) -> tuple[flo
     """Seconds per race step: measured at the race's shape, else its FLOPs at the lowest MFU GPT+ reached in a
     speed measurement compiled as the race is (`race.compile`; against the measured bf16 peak) times 0.7 for the
     smaller width, else the assumption."""
-    measured = step_seconds("tune", race, loans)
-    if measured:
-        return measured
+    got = step_seconds("tune", race, loans)
+    if got:
+        return got
     flops = race_flops_per_token(race)
     compiled = bool(race.get("compile", False))
     mfus = []
     for loan in loans:
-        peak = ((loan.get("env") or {}).get("bf16_matmul_tflops") or 0) * 1e12
+        peak = peaks(loan.get("env"))[0]
         for s in loan.get("speed") or []:
             for r in s.get("rows") or []:
                 if r["arch"] == "gpt+" and bool(s.get("compile")) == compiled and peak:

@@ -12,6 +12,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# The least norm each constraint divides by: `unit` renormalises every slice (the floor only guards a zero one),
+# `bounded` leaves slices inside the unit ball as they are.
+FLOORS = {"unit": 1e-12, "bounded": 1.0}
+
+
+def floor_of(kind: str) -> float:
+    if kind not in FLOORS:
+        raise ValueError(f"unknown weight constraint {kind!r}")
+    return FLOORS[kind]
+
 
 @torch.no_grad()
 def apply_constraints(groups: dict[str, list[tuple[torch.Tensor, int]]]) -> None:
@@ -22,12 +32,7 @@ def apply_constraints(groups: dict[str, list[tuple[torch.Tensor, int]]]) -> None
         tensors = [w.data for w, _ in weights]
         fp32 = [t if t.dtype == torch.float32 else t.float() for t in tensors]
         norms = [slice_norms(t, dim) for t, (_, dim) in zip(fp32, weights)]
-        if kind == "unit":
-            torch._foreach_clamp_min_(norms, 1e-12)
-        elif kind == "bounded":
-            torch._foreach_clamp_min_(norms, 1.0)
-        else:
-            raise ValueError(f"unknown weight constraint {kind!r}")
+        torch._foreach_clamp_min_(norms, floor_of(kind))
         torch._foreach_div_(fp32, norms)
         for t, f in zip(tensors, fp32):
             if t is not f:
@@ -45,9 +50,7 @@ def slice_norms(t: torch.Tensor, dim: int) -> torch.Tensor:
 def project(tensors: list[torch.Tensor], dims: tuple[int, ...], kind: str) -> None:
     """One group's constraint, matrix by matrix (`apply_constraints` without the foreach calls): the form that
     torch.compile fuses into one norm-and-divide kernel per matrix."""
-    if kind not in ("bounded", "unit"):
-        raise ValueError(f"unknown weight constraint {kind!r}")
-    floor = 1.0 if kind == "bounded" else 1e-12
+    floor = floor_of(kind)
     for t, dim in zip(tensors, dims):
         f = t.float()
         t.copy_(f / slice_norms(f, dim).clamp_min(floor))
@@ -57,10 +60,11 @@ class ConstraintHook:
     """The post-step hook `attach_constraints` registers (`optimizer.weight_constraint`). Eager, the constraint is
     a norm and a division per matrix, ~100 small kernels launched from Python after every step: on the H200 of
     2026-11-27 anGPT's host spent 1.4 ms a step more than GPT+'s, about its whole excess when compiled.
-    `compile()` (TrainStep calls it for a compiled forward) runs `project` through torch.compile instead."""
+    `compile()` (`compile_for_training` calls it for a compiled forward) runs `project` through torch.compile."""
 
     def __init__(self, groups: dict[str, list[tuple[torch.Tensor, int]]]) -> None:
         self.groups = {k: w for k, w in groups.items() if k != "none" and w}
+        self.dims = {k: tuple(d for _, d in w) for k, w in self.groups.items()}  # fixed: not rebuilt every step
         self.compiled = None
 
     def compile(self) -> None:
@@ -75,7 +79,7 @@ class ConstraintHook:
             apply_constraints(self.groups)
             return
         for kind, weights in self.groups.items():
-            self.compiled([w.data for w, _ in weights], tuple(d for _, d in weights), kind)
+            self.compiled([w.data for w, _ in weights], self.dims[kind], kind)
 
 
 def attach_constraints(model: nn.Module, optimizer: torch.optim.Optimizer):
