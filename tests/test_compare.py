@@ -1044,3 +1044,40 @@ def test_the_estimates_training_step_is_set_up_as_the_trainers(data_dir, monkeyp
     step, _ = estimate.train_step_for(plan, plan.arms[0], torch.device("cpu"))
     assert step.model.fused_loss is TrainConfig().fused_loss is True
     assert calls == [1]
+
+
+def test_the_estimate_compiles_where_the_runs_compile_and_counts_the_compiling_as_set_up(data_dir, monkeypatch):
+    """A run with train.compile on compiles its forward (afresh: each run resets Dynamo) and pays the compiling in
+    its first step; the dry run times the compiled step and adds that first step to the run's set-up time, so a GPU
+    study (compiled by `auto`) is neither estimated at eager speed nor missing its compiling. The compiler is a
+    stand-in whose first call takes 0.5 s."""
+    import time as _time
+
+    import angpt.train.step as train_step
+    from angpt.study import estimate
+
+    made = []
+
+    def fake_compile(model, opt, *, fresh=False, **kw):
+        made.append(fresh)
+        calls = []
+
+        def forward(*a, **k):
+            if not calls:
+                _time.sleep(0.5)  # the compiling
+            calls.append(1)
+            return model(*a, **k)
+
+        return forward
+
+    monkeypatch.setattr(train_step, "compile_for_training", fake_compile)
+    base = dict(**{**TINY, "budgets": [32768]}, arms=["gpt+"], seeds=[0], lr_grid=[1])
+    eager = make_plan(data_dir, **base)
+    compiled = make_plan(data_dir, **base, settings={"train.compile": True})
+    step, _ = estimate.train_step_for(compiled, compiled.arms[0], torch.device("cpu"))
+    assert step.forward is not step.model and made == [True]
+    times, setup = estimate.measure_step_times(compiled, threads=1, steps=1)
+    assert setup["gpt+"] >= 0.5 and times["gpt+"] < 0.5  # the compiling is set-up, not a step
+    made.clear()
+    times, setup = estimate.measure_step_times(eager, threads=1, steps=1)  # auto on a CPU: eager
+    assert made == [] and setup["gpt+"] < 0.5

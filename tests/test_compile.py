@@ -207,3 +207,35 @@ def test_compiled_kv_cache_generation_matches_eager_without_recompiling_every_st
     got = generate(model, x, max_new_tokens=12, temperature=0, compile="aot_eager")
     assert torch.equal(got, want)
     assert counters["stats"]["unique_graphs"] <= 2  # 11 decoding steps, at most two compilations
+
+
+def test_sharded_weights_keep_the_eager_constraint(tmp_path, monkeypatch):
+    """FSDP2 shards weights as DTensors, which the compiled projection is not written for: `compile()` leaves such a
+    hook eager, and the eager (foreach) constraint still bounds a DTensor's rows. One process, a world of one (gloo);
+    torch.compile stubbed to record what it is asked to compile."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    from angpt.models import constraints
+
+    asked = []
+    monkeypatch.setattr(constraints.torch, "compile", lambda f, **kw: asked.append(f) or f)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        rows = torch.tensor([[3.0, 4.0], [0.3, 0.4]])  # norms 5 and 0.5
+        sharded = torch.nn.Parameter(distribute_tensor(rows.clone(), mesh, [Shard(0)]))
+        plain = torch.nn.Parameter(rows.clone())
+        hook = constraints.ConstraintHook({"bounded": [(sharded, -1)]})
+        hook.compile()
+        assert hook.compiled is None and asked == []  # sharded: stays eager
+        hook()
+        assert isinstance(sharded.data, DTensor)
+        got = sharded.data.full_tensor()
+        assert torch.allclose(got, torch.tensor([[0.6, 0.8], [0.3, 0.4]]))  # the long row to 1, the short kept
+        whole = constraints.ConstraintHook({"bounded": [(plain, -1)]})
+        whole.compile()
+        assert whole.compiled is constraints.project and asked == [constraints.project]  # plain: compiled
+    finally:
+        dist.destroy_process_group()

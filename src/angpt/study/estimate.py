@@ -20,7 +20,8 @@ def plan_device(plan: Plan):
 
 def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     """A real training step of `arm` as its runs at the smallest budget take it (the plan's batch, micro-batches,
-    optimizer and constraint, on the plan's data): returns (step, loader.next_batch); call ``step(next_batch)``."""
+    optimizer and constraint, on the plan's data, compiled where its runs compile): returns (step,
+    loader.next_batch); call ``step(next_batch)``. ``step.forward is not step.model`` when it compiles."""
     import torch
 
     from angpt.data import TokenLoader, load_meta
@@ -28,7 +29,7 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     from angpt.train.config import load_run_config, resolve_model_config
     from angpt.train.hardware import keep_freed_memory
     from angpt.train.optim import make_optimizer
-    from angpt.train.step import TrainStep, resolve_dtype
+    from angpt.train.step import TrainStep, compile_for_training, resolve_compile, resolve_dtype
 
     cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
     mcfg = resolve_model_config(cfg, meta if meta is not None else load_meta(plan.data))
@@ -40,7 +41,11 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
     loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
     accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
-    step = TrainStep(model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum)
+    compiled = resolve_compile(cfg.train.compile, device)  # as the trainer resolves it (auto: on CUDA GPUs)
+    forward = compile_for_training(model, opt, fresh=True) if compiled else model
+    step = TrainStep(
+        model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum, forward=forward
+    )
     return step, loader.next_batch
 
 
@@ -48,7 +53,8 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
     """Seconds per training step of each arm, timed here: 1 warm-up step, then the median of `steps` steps.
 
     A step is the real thing (:func:`train_step_for`); the run configs are those of the smallest budget. Also
-    returns each arm's set-up time (model and optimizer construction), a per-run cost that dominates short runs.
+    returns each arm's set-up time (model and optimizer construction, and where the runs compile, the first step's
+    compiling, which each run pays afresh), a per-run cost that dominates short runs.
     """
     import torch
 
@@ -70,12 +76,14 @@ def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[s
             step, next_batch = train_step_for(plan, arm, device, meta)
             setup[arm.label] = time.perf_counter() - t_setup
             times = []
-            for i in range(steps + 1):
+            for _ in range(steps + 1):
                 t0 = time.perf_counter()
                 step(next_batch)
                 synchronize(device)
-                if i:  # the first step pays one-off costs (allocations, kernel selection)
-                    times.append(time.perf_counter() - t0)
+                times.append(time.perf_counter() - t0)
+            first, times = times[0], times[1:]  # the first step pays one-off costs (allocations, kernel selection)
+            if step.forward is not step.model:
+                setup[arm.label] += first  # ... and, compiled, the compiling: every run compiles afresh
             out[arm.label] = sorted(times)[len(times) // 2]
     finally:
         torch.set_num_threads(old)

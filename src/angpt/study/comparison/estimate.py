@@ -94,7 +94,7 @@ def describe_dry_run(
         dr.seconds_max = (seq + ext) / jobs
         lines.append(
             "step time (measured here: 1 warm-up step, then the median of 3 real training steps per arm, "
-            f"{threads} thread(s) per job):"
+            f"{threads} thread(s) per job; a compiled run's compiling counts as its set-up):"
         )
         for label, t in dr.step_times.items():
             lines.append(f"  {label:<24} {t:.3f} s/step, {dr.setup_times[label]:.2f} s set-up per run")
