@@ -239,3 +239,25 @@ def test_sharded_weights_keep_the_eager_constraint(tmp_path, monkeypatch):
         assert whole.compiled is constraints.project and asked == [constraints.project]  # plain: compiled
     finally:
         dist.destroy_process_group()
+
+
+def test_measuring_norms_between_compiled_steps_does_not_recompile():
+    """The deviation screen measures every layer's ||h|| after each compiled step (`inspect_norms`), and a
+    calibrated nu_att measures attention outputs before one (`calibrate_nu_att`): both set the blocks' `recorder`.
+    Dynamo guards on whether a block holds that attribute itself, so leaving it behind (even as None) compiled the
+    whole model again at the next step (a 2.35 s second step on this CPU's tiny model; a full compile on a GPU).
+    Afterwards each block is as it was, and the next compiled step runs under error_on_recompile."""
+    from angpt.models import calibrate_nu_att, inspect_norms
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = angpt.build_model("angpt", "tiny")
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    before = [dict(b.__dict__) for b in model.blocks]
+    compiled(x, x)[1].backward()
+    assert set(inspect_norms(model, x)) >= {"layer0.h", "layer1.h"}
+    calibrate_nu_att(model, [x])
+    assert [dict(b.__dict__) for b in model.blocks] == before
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        compiled(x, x)[1].backward()

@@ -7,7 +7,7 @@ from torch import nn
 
 from angpt.models import registry
 from angpt.models.angpt import ANGPT, calibrate_nu_att
-from angpt.models.base import LanguageModel
+from angpt.models.base import LanguageModel, recording
 from angpt.models.config import PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
 from angpt.models.constraints import apply_constraints, attach_constraints, unwrap
@@ -46,13 +46,8 @@ def inspect_norms(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch.
 
         return recorder
 
-    for i, block in enumerate(base.blocks):
-        block.recorder = make_recorder(i)
-    try:
+    with recording(base.blocks, make_recorder):
         base(input_ids)
-    finally:
-        for block in base.blocks:
-            block.recorder = None
     return out
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from angpt.errors import ConfigError
-from angpt.models.base import Block, Context
+from angpt.models.base import Block, Context, recording
 from angpt.models.config import ModelConfig
 from angpt.models.constants import ANGPTConstants, angpt_constants, nu_lerp
 from angpt.models.laurel import ApproxLaurel, connection
@@ -203,14 +203,9 @@ def calibrate_nu_att(model: ANGPT, batches) -> torch.Tensor:
             total[: sq.shape[0]] += sq
             count[: sq.shape[0]] += 1
 
-    for b in model.blocks:
-        b.recorder = recorder
-    try:
+    with recording(model.blocks, lambda _layer: recorder):
         for x in batches:
             model(x)
-    finally:
-        for b in model.blocks:
-            b.recorder = None
     seen = count > 0
     nu_att = model.nu_att.clone()
     nu_att[seen] = (total[seen] / count[seen]).rsqrt().float().to(nu_att.device)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -49,6 +50,28 @@ class Block(nn.Module):
         if self.recorder is not None:
             for name, x in tensors.items():
                 self.recorder(name, x)
+
+
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def recording(blocks: Sequence[Block], recorder_of: Callable[[int], Recorder]) -> Iterator[None]:
+    """Block i's `recorder` is `recorder_of(i)` inside the with-body; afterwards each block is as it was (the
+    attribute deleted again where the block had none of its own). Setting it back to None instead would leave
+    `recorder` in the instance's dict, which a compiled forward's guards check: the next training step would
+    compile the model again (seen after the first step of a compiled deviation screen, 2026-11-27)."""
+    before = [b.__dict__.get("recorder", _UNSET) for b in blocks]
+    for i, b in enumerate(blocks):
+        b.recorder = recorder_of(i)
+    try:
+        yield
+    finally:
+        for b, old in zip(blocks, before):
+            if old is _UNSET:
+                del b.recorder
+            else:
+                b.recorder = old
 
 
 class LanguageModel(nn.Module):
