@@ -154,3 +154,19 @@ def test_the_report_says_when_a_sweep_read_its_corpus_more_than_once():
     fresh = "\n".join(report._sweep([run], train_tokens=100_000))
     assert "Each step's tokens are new to the model." in fresh and "times" not in fresh
     assert "new to the model" not in "\n".join(report._sweep([run]))  # no data step recorded: say nothing
+
+
+def test_the_report_names_a_compiled_screen_step_that_compiled_again():
+    """A compiled screen's records count the graphs each step compiled: one that compiled after the first step timed
+    its compiling, and the report says at which steps (first step compiling is expected and not named)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks" / "gpu" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    recs = [{"step": i, "loss": 1.0, "graphs": g} for i, g in enumerate([3, 0, 1, 0], 1)]
+    run = {"arm": "angpt", "lr": 2e-3, "seed": 1, "status": "finished", "batch_tokens": 1000, "records": recs}
+    text = "\n".join(report._sweep([run]))
+    assert "- angpt seed 1: compiled again at step(s) 3\n" in text
+    run["records"] = [{**r, "graphs": 3 if r["step"] == 1 else 0} for r in recs]
+    assert "compiled again" not in "\n".join(report._sweep([run]))

@@ -137,6 +137,22 @@ def test_a_compiled_first_steps_run_trains_through_the_compiled_forward(monkeypa
     assert len(calls) == 2 and [r["loss"] for r in compiled.records] == [r["loss"] for r in eager.records]
 
 
+def test_a_compiled_first_steps_run_counts_the_graphs_each_step_compiles(monkeypatch):
+    """Each compiled step's record says how many graphs Dynamo compiled during it: the first step compiles the
+    forward (and the constraint), later ones nothing, though the run measures every layer's norms between steps
+    (a leftover `recorder` attribute once made step 2 compile the model again). Real Dynamo, with the aot_eager
+    backend (no code generation); an eager run's records carry no count."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: real(f, **{**kw, "backend": "aot_eager"}))
+    probe = torch.randint(0, 256, (1, 32))
+    common = dict(preset="tiny", lr=1e-3, steps=3, probe=probe, batch_tokens=128, context_length=32)
+    run = first_steps("angpt", next_batch=zipf_batches(256, 4, 32), compile=True, **common)
+    graphs = [r["graphs"] for r in run.records]
+    assert graphs[0] >= 1 and graphs[1:] == [0, 0], graphs
+    eager = first_steps("gpt+", next_batch=zipf_batches(256, 4, 32), **{**common, "steps": 1})
+    assert "graphs" not in eager.records[0]
+
+
 def tiny_run(data_dir, out, **model):
     overrides = [
         ("arch", "angpt"),

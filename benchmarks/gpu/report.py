@@ -264,7 +264,16 @@ def _sweep(
             f"{_f(st.get('stable'))} | {_f(st.get('loss_ratio'), '.3g')} | {_f(st.get('grad_ratio'), '.3g')} | "
             f"{_f(st.get('first_spike'))} | {_f(max_residual(run), '.3g')} | {_f(run.get('step_time'), '.3g')} |"
         )
-    return [*out, ""]
+    notes = []
+    for run in sweep:  # a compiled step after the first that compiled again: its step time holds the compiling
+        again = [r["step"] for r in run.get("records", [])[1:] if r.get("graphs")]
+        if again:
+            notes.append(f"- {run['arm']} seed {run.get('seed', 0)}: compiled again at step(s) {_steps(again)}")
+    return [*out, *([""] + notes if notes else []), ""]
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
 
 
 def _race(race: dict | None) -> list[str]:

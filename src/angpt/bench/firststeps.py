@@ -118,6 +118,13 @@ def _clean(x: float) -> float:
     return float(f"{x:.5g}") if math.isfinite(x) else x
 
 
+def _graphs_compiled() -> int:
+    """Graphs Dynamo has compiled in this process so far (its own counter, which a reset does not clear)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def _side(side_batches: Callable[[int], list[torch.Tensor]] | None, arm: str, dev: torch.device):
     """The hook's batches on `dev`, or an error naming what is missing when the caller gave none."""
 
@@ -160,7 +167,8 @@ def first_steps(
     (time.time()). `on_step` is called after every step (to write results as they come).
 
     `compile`: the forward runs through torch.compile, as `train.compile` does (the first step's time includes the
-    compiling; the step time reported is the median).
+    compiling; the step time reported is the median). Each record then carries `graphs`, how many graphs Dynamo
+    compiled during that step: more than none after the first is a recompile, a step timed with its compiling.
 
     The architecture's hook runs before every step as in the trainer (``nu_att: calibrated`` measures there, on
     `side_batches(n)`: n training token-id batches apart from `next_batch`'s stream); its note goes in the record.
@@ -182,6 +190,7 @@ def first_steps(
     before_step, side = registry.of(net).before_step, _side(side_batches, arm, dev)
     start = time.time()
     first_loss = None
+    graphs = _graphs_compiled()
     for step in range(1, steps + 1):
         note = before_step(net, step - 1, max_steps or steps, side) if before_step else None
         synchronize(dev)
@@ -195,6 +204,8 @@ def first_steps(
         dt = time.perf_counter() - t0
         record: dict[str, Any] = {"step": step, "loss": _clean(loss), "grad_norm": _clean(grad)}
         record.update(lr=_clean(sched.get_last_lr()[0]), step_time=_clean(dt), **({"note": note} if note else {}))
+        if compile:
+            record["graphs"], graphs = _graphs_compiled() - graphs, _graphs_compiled()
         if healthy:
             with torch.no_grad(), autocast(dev, dtype):
                 norms = inspect_norms(net.eval(), probe)
