@@ -170,3 +170,18 @@ def test_the_report_names_a_compiled_screen_step_that_compiled_again():
     assert "- angpt seed 1: compiled again at step(s) 3\n" in text
     run["records"] = [{**r, "graphs": 3 if r["step"] == 1 else 0} for r in recs]
     assert "compiled again" not in "\n".join(report._sweep([run]))
+
+
+def test_the_screen_table_gives_each_runs_largest_logit():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks" / "gpu" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    recs = [{"step": i, "loss": 1.0, "residual_norms": [1.0], "max_logit": x} for i, x in enumerate([3, 120, 7], 1)]
+    run = {"arm": "angpt", "lr": 2e-3, "status": "finished", "batch_tokens": 1000, "records": recs}
+    rows = [line for line in report._sweep([run]) if line.startswith("| angpt ")]
+    header = next(line for line in report._sweep([run]) if line.startswith("| arm "))
+    cells = dict(zip(header.split(" | "), rows[0].split(" | ")))
+    assert cells["max logit"] == "120" and cells["max residual norm"] == "1"
+    assert report.max_logit({"records": [{"step": 1}]}) is None  # runs recorded before the column: no value

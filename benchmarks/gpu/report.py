@@ -218,6 +218,12 @@ def max_residual(run: dict) -> float | None:
     return max(norms) if norms else None
 
 
+def max_logit(run: dict) -> float | None:
+    """The largest |logit| on the probe seen in a run (None if none was recorded)."""
+    seen = [r["max_logit"] for r in run.get("records", []) if r.get("max_logit") is not None]
+    return max(seen) if seen else None
+
+
 def _train_tokens(d: dict) -> int | None:
     """The training split's size in tokens, where the data step recorded it."""
     return ((d.get("data") or {}).get("tokens") or {}).get("train")
@@ -252,8 +258,8 @@ def _sweep(
         out[-2] += " Each step's tokens are new to the model."
     out += [
         "| arm | lr | seed | status | steps | final loss | stable | worst loss / running min | worst grad / median "
-        "| first spike | max residual norm | s/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| first spike | max residual norm | max logit | s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in sweep:
         st = run.get("stability", {})
@@ -262,7 +268,8 @@ def _sweep(
             f"| {run['arm']} | {run['lr']:g} | {run.get('seed', 0)} | {run['status']} | {len(recs)} | "
             f"{_f(run.get('final_loss'))} | "
             f"{_f(st.get('stable'))} | {_f(st.get('loss_ratio'), '.3g')} | {_f(st.get('grad_ratio'), '.3g')} | "
-            f"{_f(st.get('first_spike'))} | {_f(max_residual(run), '.3g')} | {_f(run.get('step_time'), '.3g')} |"
+            f"{_f(st.get('first_spike'))} | {_f(max_residual(run), '.3g')} | {_f(max_logit(run), '.3g')} | "
+            f"{_f(run.get('step_time'), '.3g')} |"
         )
     notes = []
     for run in sweep:  # a compiled step after the first that compiled again: its step time holds the compiling

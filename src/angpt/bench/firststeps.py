@@ -161,10 +161,11 @@ def first_steps(
     ``gpt+[warmup_steps=0]``) at `preset` plus `model` overrides, for `steps` optimizer steps of `accum`
     micro-batches from `next_batch`, at peak rate `lr` on the recipe's schedule over `max_steps` (default `steps`).
 
-    After each step the run records loss, pre-clip gradient norm, LR, step time and the per-layer residual norms
-    ``||h||`` on `probe` (token ids [B, T], in eval mode). It stops as "diverged" at a non-finite loss or gradient
-    norm, or a loss above `stop_factor` times the first step's, and as "out of time" past `deadline`
-    (time.time()). `on_step` is called after every step (to write results as they come).
+    After each step the run records loss, pre-clip gradient norm, LR, step time, the per-layer residual norms
+    ``||h||`` on `probe` (token ids [B, T], in eval mode) and the largest |logit| on its first sequence. It stops as
+    "diverged" at a non-finite loss or gradient norm, or a loss above `stop_factor` times the first step's, and as
+    "out of time" past `deadline` (time.time()). `on_step` is called after every step (to write results as they
+    come).
 
     `compile`: the forward runs through torch.compile, as `train.compile` does (the first step's time includes the
     compiling; the step time reported is the median). Each record then carries `graphs`, how many graphs Dynamo
@@ -209,8 +210,10 @@ def first_steps(
         if healthy:
             with torch.no_grad(), autocast(dev, dtype):
                 norms = inspect_norms(net.eval(), probe)
+                logits, _ = net(probe[:1])  # one sequence: no [B, T, vocab] batch of logits
             net.train()
             record["residual_norms"] = [_clean(float(norms[f"layer{i}.h"])) for i in range(len(net.blocks))]
+            record["max_logit"] = _clean(float(logits.float().abs().max()))  # where a blow-up is, with the norms
         run.records.append(record)
         first_loss = first_loss if first_loss is not None else loss
         if not healthy or loss > stop_factor * first_loss:
