@@ -503,3 +503,19 @@ def test_nu_att_none_skips_the_identity_attention_factor(monkeypatch):
         calls.clear()
         angpt.build_model("angpt", "tiny", nu_att=mode)(x)
         assert len(calls) == model.config.n_layers
+
+
+def test_inspect_norms_gives_the_largest_logit_of_its_forward_whatever_its_sign():
+    """`head.max_logit` (the deviation screen's and health_metrics' reading of the head) is max |logit| on the input,
+    checked against the logits themselves; flipping the head's sign makes the largest one negative once."""
+    torch.manual_seed(0)
+    model = angpt.build_model("gpt+", "tiny").eval()
+    x = random_tokens(256, 2, 32)
+    with torch.no_grad():
+        logits = model(x)[0]
+    want = logits.abs().max().item()
+    for _ in range(2):  # as built, then with every logit negated
+        assert angpt.inspect_norms(model, x)["head.max_logit"].item() == pytest.approx(want, rel=1e-6)
+        with torch.no_grad():
+            model.lm_head.weight.neg_()
+    assert logits.amax().item() != pytest.approx(want) or (-logits).amax().item() != pytest.approx(want)

@@ -162,7 +162,7 @@ def first_steps(
     micro-batches from `next_batch`, at peak rate `lr` on the recipe's schedule over `max_steps` (default `steps`).
 
     After each step the run records loss, pre-clip gradient norm, LR, step time, the per-layer residual norms
-    ``||h||`` on `probe` (token ids [B, T], in eval mode) and the largest |logit| on its first sequence. It stops as
+    ``||h||`` on `probe` (token ids [B, T], in eval mode) and the largest |logit| there. It stops as
     "diverged" at a non-finite loss or gradient norm, or a loss above `stop_factor` times the first step's, and as
     "out of time" past `deadline` (time.time()). `on_step` is called after every step (to write results as they
     come).
@@ -206,14 +206,14 @@ def first_steps(
         record: dict[str, Any] = {"step": step, "loss": _clean(loss), "grad_norm": _clean(grad)}
         record.update(lr=_clean(sched.get_last_lr()[0]), step_time=_clean(dt), **({"note": note} if note else {}))
         if compile:
-            record["graphs"], graphs = _graphs_compiled() - graphs, _graphs_compiled()
+            now = _graphs_compiled()
+            record["graphs"], graphs = now - graphs, now
         if healthy:
             with torch.no_grad(), autocast(dev, dtype):
                 norms = inspect_norms(net.eval(), probe)
-                logits, _ = net(probe[:1])  # one sequence: no [B, T, vocab] batch of logits
             net.train()
             record["residual_norms"] = [_clean(float(norms[f"layer{i}.h"])) for i in range(len(net.blocks))]
-            record["max_logit"] = _clean(float(logits.float().abs().max()))  # where a blow-up is, with the norms
+            record["max_logit"] = _clean(float(norms["head.max_logit"]))  # where a blow-up is, with the norms
         run.records.append(record)
         first_loss = first_loss if first_loss is not None else loss
         if not healthy or loss > stop_factor * first_loss:

@@ -33,7 +33,8 @@ def inspect_norms(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch.
 
     Keys are "layer{i}.{name}" with name in q, k, v, attn_out (per head: a tensor [H]) and h_A, h_M, h (the
     residual stream after the block): scalars. anGPT records the quantities the paper normalises (q, k, v are
-    nu_qkv W h, before the exact QK-norm).
+    nu_qkv W h, before the exact QK-norm). The same forward's logits give "head.max_logit", the largest |logit|
+    (a scalar): a blow-up can sit there while every residual norm stays near 1.
     """
     base = unwrap(model)
     out: dict[str, torch.Tensor] = {}
@@ -47,7 +48,8 @@ def inspect_norms(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch.
         return recorder
 
     with recording(base.blocks, make_recorder):
-        base(input_ids)
+        logits, _ = base(input_ids)
+    out["head.max_logit"] = torch.maximum(logits.amax(), -logits.amin()).float()  # no [B, T, V] copy for abs
     return out
 
 

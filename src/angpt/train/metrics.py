@@ -106,8 +106,7 @@ def health_metrics(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
         if p.ndim == 2:
             rows = torch.linalg.vector_norm(p.float(), dim=1)
             out[f"health/row_norm_max/{name}"] = rows.max().item()
-    logits, _ = model(x)
-    out["health/max_logit"] = logits.abs().max().item()
+    out["health/max_logit"] = norms["head.max_logit"].item()  # from inspect_norms' forward: no second one
     return out
 
 
