@@ -148,11 +148,11 @@ def test_a_run_compiles_as_train_compile_resolves_and_afresh(data_dir, tmp_path,
     compile_for_training stubbed: a real compile costs seconds here."""
     import torch._dynamo
 
-    from angpt.train import loop
+    from angpt.train import setup
     from angpt.train import step as train_step
 
     calls, resets = [], []
-    monkeypatch.setattr(loop, "compile_for_training", lambda m, o, **kw: calls.append(kw) or m)
+    monkeypatch.setattr(setup, "compile_for_training", lambda m, o, **kw: calls.append(kw) or m)
     common = ["--arch", "angpt", "--data", data_dir, *TINY, "--train.max_steps", "1", "--train.save_every", "0"]
     assert run_cli(*common, "--out", tmp_path / "auto") == 0 and calls == []
     assert run_cli(*common, "--out", tmp_path / "on", "--train.compile", "true") == 0 and calls == [{"fresh": True}]

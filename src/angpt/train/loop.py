@@ -28,32 +28,25 @@ from angpt import checkpoint as ckpt
 from angpt.checkpoint import RunState
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
-from angpt.models import model_from_config, registry, unwrap
+from angpt.models import registry
 from angpt.train import start
-from angpt.train.config import RunConfig, check_batch_geometry
+from angpt.train.config import RunConfig
 from angpt.train.dist import (
+    DistInfo,
     all_reduce_mean,
     any_rank,
     full_model_state,
     full_optimizer_state,
     init_distributed,
     load_full_state,
-    parallelize,
 )
 from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
-from angpt.train.optim import make_optimizer
 from angpt.train.provenance import provenance
 from angpt.train.resume import check_resumed_rate, rate_source
+from angpt.train.setup import build, resolve
 from angpt.train.signals import StopSignals
-from angpt.train.step import (
-    TrainStep,
-    autocast,
-    check_compute,
-    compile_for_training,
-    resolve_compile,
-    synchronize,
-)
+from angpt.train.step import autocast, check_compute, synchronize
 from angpt.train.summary import RunSummary, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
@@ -108,7 +101,7 @@ class Trainer:
     then restored from the start's checkpoint (:meth:`_restore`)."""
 
     def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False):
-        from angpt.data import TokenLoader, check_compatible, check_trainable, data_identity, load_meta
+        from angpt.data import check_compatible, check_trainable, data_identity, load_meta
 
         cfg.validate()
         if cfg.data is None:
@@ -137,14 +130,23 @@ class Trainer:
             self.start.run_id,
         )
         check_compatible(self.meta, self.mcfg.vocab_size)
-        self.T = tc.seq_len or self.mcfg.context_length
-        if self.T > self.mcfg.context_length:
-            raise ConfigError(f"train.seq_len={self.T} exceeds the model's context length {self.mcfg.context_length}")
-        accum = check_batch_geometry(tc.batch_tokens, self.T, tc.micro_batch, info.world_size)
+        if tc.seq_len and tc.seq_len > self.mcfg.context_length:
+            raise ConfigError(
+                f"train.seq_len={tc.seq_len} exceeds the model's context length {self.mcfg.context_length}"
+            )
+        self.run_spec = resolve(
+            cfg,
+            model=self.mcfg,
+            model_from=self.start.model_from,
+            dtype=self.dtype,
+            device=info.device,
+            world_size=info.world_size,
+            recipe=self.recipe,
+        )
+        self.T, self.compile = self.run_spec.seq_len, self.run_spec.compile
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
-        self.compile = resolve_compile(tc.compile, info.device)
         notes = check_compute(self.dtype, info.device, self.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
@@ -153,31 +155,10 @@ class Trainer:
         for note in notes if info.is_main else []:
             print(f"warning: {note}", file=sys.stderr)
 
-        # build, wrap, give an optimizer, then restore
-        torch.manual_seed(tc.seed)
-        model = model_from_config(self.mcfg).to(info.device)
-        model.fused_loss = tc.fused_loss
-        self.flops_per_token = model.flops_per_token(self.T)
-        self.model = parallelize(
-            model, info, cfg.dist, dtype=self.dtype, activation_checkpointing=tc.activation_checkpointing
-        )
-        self.base = unwrap(self.model)
-        self.opt, self.sched = make_optimizer(
-            self.model,
-            cfg.arch,
-            cfg.lr,
-            max_steps=tc.max_steps,
-            weight_decay=tc.weight_decay,
-            warmup_steps=tc.warmup_steps,
-            min_lr_ratio=tc.min_lr_ratio,
-            betas=(tc.beta1, tc.beta2),
-            schedule=tc.schedule,
-            decay_fraction=tc.decay_fraction,
-            decay_shape=tc.decay_shape,
-        )
-        self.loader = TokenLoader(
-            cfg.data, "train", tc.micro_batch, self.T, rank=info.rank, world_size=info.world_size, seed=tc.seed
-        )
+        # build (model, optimizer, schedule, step, loader: train/setup.py), then restore
+        built = build(self.run_spec, info, dist=cfg.dist)
+        self.model, self.base, self.opt, self.sched = built.model, built.base, built.optimizer, built.scheduler
+        self.loader, self.step_fn, self.flops_per_token = built.loader, built.step, built.flops_per_token
         test = self.meta.get("splits", {}).get("test", {})
         self.has_test = test.get("tokens", 0) > self.T * info.world_size  # a test split with a window per rank
         self.step, self.tokens = 0, 0
@@ -189,17 +170,6 @@ class Trainer:
                 start.resuming(self.start)
             for note in self._data_notes():
                 print(f"warning: {note}", file=sys.stderr)
-        self.step_fn = TrainStep(
-            self.model,
-            self.opt,
-            self.sched,
-            device=info.device,
-            dtype=self.dtype,
-            accum=accum,
-            grad_clip=tc.grad_clip,
-            forward=compile_for_training(self.model, self.opt, fresh=True) if self.compile else self.model,
-            dist=info,
-        )
 
     @property
     def resume_from(self) -> Path | None:
@@ -342,27 +312,10 @@ class Trainer:
     def evaluate(self, split: str = "val") -> tuple[float, float | None]:
         """Loss on a held-out split (nats per token, mean over ranks) and bits per byte: "val" (selection) or
         "test" (the numbers reported), over `train.eval_batches` batches spread over the split."""
-        from angpt.data import iter_eval_batches
-
-        info, tc = self.info, self.tc
-        self.model.eval()
-        total, n = torch.zeros((), device=info.device), 0
-        with torch.no_grad(), autocast(info.device, self.dtype):
-            for x, y in iter_eval_batches(
-                self.cfg.data,
-                tc.micro_batch,
-                self.T,
-                max_batches=tc.eval_batches,
-                rank=info.rank,
-                world_size=info.world_size,
-                split=split,
-            ):
-                _, loss = self.model(x.to(info.device), y.to(info.device))
-                total += loss.float() * x.shape[0]  # a smaller last batch weighs by its size
-                n += x.shape[0]
-        self.model.train()
-        val = all_reduce_mean(total / max(n, 1), self.info).item()
-        return val, bits_per_byte(val, _bytes_per_token(self.meta, split))
+        loss = held_out_loss(
+            self.model, self.cfg.data, split, self.tc.micro_batch, self.T, self.tc.eval_batches, self.dtype, self.info
+        )
+        return loss, bits_per_byte(loss, _bytes_per_token(self.meta, split))
 
     def _side_batches(self, n: int) -> list[torch.Tensor]:
         """`n` training batches for an architecture's hook: a separate loader with its own seed, identical on
@@ -623,6 +576,27 @@ class Trainer:
             best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,
             best_val_loss=self.best_val if self.best_step is not None else None,
         )
+
+
+def held_out_loss(
+    model: nn.Module, data: str, split: str, micro_batch: int, seq_len: int, batches: int, dtype: str, info: DistInfo
+) -> float:
+    """Mean loss (nats per token, mean over ranks) of `model` on `batches` batches of `micro_batch` windows spread
+    evenly over a held-out `split` of `data` (angpt.data.iter_eval_batches): the same windows every time. The
+    model is put in eval mode for it and back in train mode after."""
+    from angpt.data import iter_eval_batches
+
+    model.eval()
+    total, n = torch.zeros((), device=info.device), 0
+    with torch.no_grad(), autocast(info.device, dtype):
+        for x, y in iter_eval_batches(
+            data, micro_batch, seq_len, max_batches=batches, rank=info.rank, world_size=info.world_size, split=split
+        ):
+            _, loss = model(x.to(info.device), y.to(info.device))
+            total += loss.float() * x.shape[0]  # a smaller last batch weighs by its size
+            n += x.shape[0]
+    model.train()
+    return all_reduce_mean(total / max(n, 1), info).item()
 
 
 SIDE_SEED = 1_000_003  # added to the run's seed: the loader of the batches an architecture's hook measures on

@@ -77,31 +77,35 @@ def make_optimizer(
     schedule: str = "cosine",
     decay_fraction: float = 0.2,
     decay_shape: str = "1-sqrt",
+    optimizer: str | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The optimizer and LR scheduler of `arch`'s recipe (default: the model's own), constraints attached.
 
     `weight_decay` applies to matrices where the recipe decays at all (AdamW); None -> the recipe's value.
     `warmup_steps` None -> the recipe's warm-up. `schedule` is "cosine" or "wsd" (see :class:`Schedule`).
-    Call `scheduler.step()` after each `optimizer.step()`.
+    `optimizer` ("adamw" or "adam") None -> the recipe's; a run resolved by train/setup.py passes all three, and
+    the registry is not asked. Call `scheduler.step()` after each `optimizer.step()`.
     """
     base = unwrap(model)
-    recipe = registry.get(arch or base.config.arch).recipe
+    given = optimizer is not None and weight_decay is not None and warmup_steps is not None
+    recipe = None if given else registry.get(arch or base.config.arch).recipe
+    kind = optimizer if optimizer is not None else recipe.optimizer
     if not lr > 0:
         raise ConfigError(f"train.lr={lr!r} must be positive")
     if max_steps <= 0:
         raise ConfigError(f"train.max_steps={max_steps!r} must be a positive integer")
     params = [p for p in model.parameters() if p.requires_grad]
     fused = {"fused": True} if all(p.device.type in ("cuda", "cpu") for p in params) else {}
-    if recipe.optimizer == "adamw":
+    if kind == "adamw":
         wd = recipe.weight_decay if weight_decay is None else weight_decay
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
-    elif recipe.optimizer == "adam":
+    elif kind == "adam":
         optimizer = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, **fused)
     else:
-        raise ConfigError(f"unknown optimizer {recipe.optimizer!r} in the recipe; use adamw or adam")
+        raise ConfigError(f"unknown optimizer {kind!r} in the recipe; use adamw or adam")
     warmup = recipe.warmup_steps(max_steps) if warmup_steps is None else warmup_steps
     if schedule not in SCHEDULES:
         raise ConfigError(f"train.schedule={schedule!r}; use one of: {', '.join(SCHEDULES)}")
