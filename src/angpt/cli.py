@@ -411,7 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
         "non-empty folder is still refused)",
     )
     s.add_argument(
-        "--workers", type=int, default=None, help="1: tokenize serially (default: the tokenizers thread pool)"
+        "--workers",
+        type=int,
+        default=None,
+        help="1: tokenize serially; N >= 2: in N processes (default: the tokenizers thread pool)",
     )
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)

@@ -76,8 +76,10 @@ def prepare_dataset(
             selection (learning rates, settings), test for the numbers reported (docs/protocol.md); 0: no test split.
         max_tokens: stop after this many tokens in total (the last document is cut to fit).
         text_field: the field/column holding the text in ``.jsonl``, ``.parquet`` and ``hf:`` sources.
-        workers: ``1`` tokenizes serially; ``None`` or more uses the ``tokenizers`` thread pool (sized by
-            ``RAYON_NUM_THREADS``, all cores by default).
+        workers: ``None`` (default) tokenizes through the ``tokenizers`` thread pool (sized by ``RAYON_NUM_THREADS``,
+            all cores by default); ``1`` serially; ``N >= 2`` in N worker processes, a few chunks of documents ahead
+            (on many cores the faster: the thread pool waits for each chunk's largest document). The dataset is
+            the same whichever.
         progress: show a tqdm bar.
         seed: keys the split hash, so a different seed draws a different val set.
         shard_tokens: tokens per shard file.
@@ -153,7 +155,8 @@ def prepare_dataset(
     tmp.mkdir()
     try:
         with _parallelism(workers):
-            meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1)
+            processes = workers if workers is not None and workers >= 2 else 0
+            meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1, processes=processes)
         save_meta(tmp, meta)  # meta.json last: its presence marks a complete dataset
         if replacing:
             _swap_in(tmp, out_dir)
@@ -308,6 +311,55 @@ def _chunks(docs: Iterable[str]) -> Iterator[list[str]]:
         yield batch
 
 
+def _encoded(
+    chunks: Iterable[list[str]], tok: Tokenizer, seed: int, *, processes: int, parallel: bool
+) -> Iterator[list[tuple[np.ndarray, float, int]]]:
+    """Each chunk of documents as (token ids, split value, UTF-8 bytes) per document, in order: in this process
+    (through the tokenizers thread pool when `parallel`), or with `processes` >= 2 in as many worker processes, a
+    few chunks ahead (the tokenizer holds the interpreter while it encodes without its pool: threads would queue)."""
+    if processes < 2:
+        for chunk in chunks:
+            ids = tok.encode_batch(chunk, parallel=parallel)
+            yield [(i, *_split_of(text, seed)) for i, text in zip(ids, chunk)]
+        return
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork where there is one: the workers then need nothing re-imported (a spawned worker imports the package)
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    state = (tok.spec, tok.kind, tok.json, tok.vocab_size, tok.eos_token, seed)
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_worker_init, initargs=state) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(_worker_encode, chunk))
+            if len(pending) >= 2 * processes:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _split_of(text: str, seed: int) -> tuple[float, int]:
+    raw = text.encode("utf-8")
+    return split_value(raw, seed), len(raw)
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(spec: str, kind: str, hf_json: str, vocab_size: int, eos_token: str | None, seed: int) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process, one core
+    _WORKER["tok"] = Tokenizer(spec, kind, hf_json, vocab_size, "", eos_token)
+    _WORKER["seed"] = seed
+
+
+def _worker_encode(chunk: list[str]) -> list[tuple[np.ndarray, float, int]]:
+    tok, seed = _WORKER["tok"], _WORKER["seed"]
+    ids = tok.encode_batch(chunk, parallel=True)  # the fast batch path, its thread pool off (above)
+    return [(i.astype(dtype_for_vocab(tok.vocab_size)), *_split_of(text, seed)) for i, text in zip(ids, chunk)]
+
+
 def _train_texts(src: Source, options: dict) -> Iterator[list[str]]:
     """Batches of train-split documents for fitting BPE, up to the byte cap, in source order."""
     cap = options["tokenizer_train_bytes"]
@@ -328,7 +380,9 @@ def _train_texts(src: Source, options: dict) -> Iterator[list[str]]:
             return
 
 
-def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, parallel: bool) -> dict:
+def _build(
+    src: Source, tokenizer, out: Path, options: dict, *, progress: bool, parallel: bool, processes: int = 0
+) -> dict:
     from tqdm.auto import tqdm
 
     start = time.time()
@@ -352,15 +406,12 @@ def _build(src: Source, tokenizer, out: Path, options: dict, *, progress: bool, 
     best = None  # (hash value, start, length, bytes) of the train doc nearest to val, for the fallback below
     bar = tqdm(total=max_tokens, unit="tok", unit_scale=True, desc="tokenizing", disable=not progress)
     try:
-        for chunk in _chunks(src):
+        for chunk in _encoded(_chunks(src), tok, seed, processes=processes, parallel=parallel):
             parts = {s: [] for s in splits}
             offset = writers["train"].tokens
-            for text, ids in zip(chunk, tok.encode_batch(chunk, parallel=parallel)):
-                raw = text.encode("utf-8")
-                u = split_value(raw, seed)
+            for ids, u, nbytes in chunk:
                 split = "val" if u < val_fraction else ("test" if u < held_out else "train")
                 ids = np.concatenate([ids, eos])
-                nbytes = len(raw)
                 if max_tokens is not None and total + ids.size > max_tokens:
                     ids = ids[: max_tokens - total]  # cut the last document so the cap holds exactly
                     nbytes = ids.size if tok.kind == "bytes" else len(tok.decode(ids).encode("utf-8"))
