@@ -38,66 +38,111 @@ def kit(*args, timeout=600):
     return subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
-# ------------------------------------------------------------------------------------------------ the smoke cycle
+# ------------------------------------------------------------------------------------------------ the rehearsal
 @pytest.fixture(scope="module")
 def cycle(tmp_path_factory):
-    """Three loans on a CPU, each reading the loans before it: 3 pieces, then 8, then the rest."""
+    """Issue 45's loans on a CPU at tiny shapes, each reading the loans before it, as committed folders:
+    1. the tuning loan (its six runs: pieces capped at 6),
+    2. a seed loan (two seed blocks),
+    3. a loan killed mid-block by its command's limit (SIGKILL when its second race run ends, before it is recorded),
+    4. the next loan, which completes that block (one piece),
+    then the report over all four."""
     base = tmp_path_factory.mktemp("race")
     root = base / "gpu-race"
     root.mkdir()
-    reports = []
-    for i, pieces in enumerate(("3", "8", "100"), 1):
+    text = corpus.rehearsal_corpus(base / "text")
+    returns = []
+    for i, extra in enumerate((["--pieces", "6"], ["--pieces", "2"], ["--kill-after-runs", "2"], ["--pieces", "1"]), 1):
         out = base / f"out{i}"
         res = kit(
-            str(out), "--loan", "--smoke", "--race-root", str(root), "--work", str(base / f"w{i}"), "--pieces", pieces
-        )
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+            str(out), "--loan", "--smoke", "--race-root", str(root), "--work", str(base / f"w{i}"),
+            "--corpus-root", str(text), *extra,
+        )  # fmt: skip
+        returns.append(res.returncode)
+        assert res.returncode in (0, -9), res.stdout[-3000:] + res.stderr[-3000:]
         (root / f"loan-{i}").mkdir()
         shutil.copy(out / "results.json", root / f"loan-{i}" / "results.json")
-        reports.append((out / "report.md").read_text())
     res = subprocess.run(
         [sys.executable, str(GPU / "race_report.py"), "--root", str(root)], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
-    return root, rr.load_loans(root), reports
+    return root, rr.load_loans(root), returns
 
 
-def _keys(loan_record):
-    return [p["key"] for p in loan_record["pieces"] if p["status"] == "done"]
+def _runs(loan_record, stage=None):
+    return [
+        r for p in loan_record["pieces"] if stage in (None, p["stage"]) for r in p.get("runs", [])
+    ]  # fmt: skip
 
 
-def test_each_loan_takes_the_next_pieces_in_the_issues_order(cycle):
-    root, loans, _ = cycle
-    first, second, third = (_keys(x) for x in loans)
-    assert first[0].startswith("speed") and [k.split()[0] for k in first[1:]] == ["screen", "screen"]
-    assert all(k.startswith("tune") for k in second)  # the screen was done: the tuning comes next
-    stages = [k.split()[0] for k in third]
-    assert stages[-1] == "seed" and "tune" not in stages[stages.index("seed") :]  # seeds only after every rate
-    done = [k for x in loans for k in _keys(x)]
-    assert len(done) == len(set(done))  # nothing ran twice
-    assert loans[0]["speed"][0]["status"] == "done" and loans[0]["speed"][0]["rows"][0]["profile"]
-    assert loans[0]["data"]["corpus_fingerprint"] and loans[2]["data"]["same_image_as"] == ["loan-1", "loan-2"]
-
-
-def test_the_seeds_run_at_the_rates_the_tuning_chose_by_validation_loss(cycle):
-    root, loans, _ = cycle
-    race = loans[0]["settings"]["race"]
-    tune = [r for r in rr.runs(loans, "tune")]
+def test_the_first_loan_tunes_both_arms_at_three_rates_over_the_full_budget(cycle):
+    root, loans, returns = cycle
+    first = loans[0]
+    race = first["settings"]["race"]
+    tune = _runs(first, "tune")
+    assert [p["stage"] for p in first["pieces"]] == ["tune"] * 6 and returns[0] == 0
     for arm in race["arms"]:
         mine = [r for r in tune if r["arm"] == arm]
-        best = min(mine, key=lambda r: r["val_loss"])
-        assert {float(x) for x in race["grid"][arm]} <= {r["lr"] for r in mine}  # >= 3 rates each
-        for r in rr.runs(loans, "seed"):
-            if r["arm"] == arm:
-                assert r["lr"] == best["lr"]
+        assert sorted(r["lr"] for r in mine) == sorted(race["grid"][arm])  # >= 3 rates, a factor of 2 apart
+        assert all(r["steps"] == race["steps"] and r["seed"] == race["tuning_seed"] for r in mine)
+        assert all(r["status"] == "finished" and r["role"] == "tune" for r in mine)
+    # the grid's centres first, then the arms level: a loan cut short has tuned both as far as each other
+    assert [(r["arm"], r["lr"]) for r in tune[:2]] == [
+        ("gpt+", race["grid"]["gpt+"][1]),
+        ("angpt", race["grid"]["angpt"][1]),
+    ]
+    # one model an arm, built and compiled once, every later run on it
+    assert [r["model_reused"] for r in tune if r["arm"] == "gpt+"] == [False, True, True]
+    # the report gives the one-seed tuned comparison as a screen
     report = json.loads((root / "report.json").read_text())
-    assert report["seeds"] == [0, 1]
+    assert set(report["tuning_screen"]["arms"]) == {"gpt+", "angpt"}
+    assert "a one-seed screen" in (root / "report.md").read_text()
+
+
+def test_a_seed_loan_runs_whole_blocks_at_the_chosen_rates(cycle):
+    root, loans, _ = cycle
+    race = loans[0]["settings"]["race"]
+    rates = rr.select_rates(race, rr.runs(loans[:1], "tune"))
+    assert all(rates[a]["finished"] for a in race["arms"]), rates  # the rehearsal's grids hold each best inside
+    second = loans[1]
+    assert [p["stage"] for p in second["pieces"]] == ["seed", "seed"]
+    for piece, seed in zip(second["pieces"], race["seeds"]):
+        runs = piece["runs"]
+        # both arms at both budgets, the largest first, at the rates the tuning chose by validation loss
+        assert [(r["arm"], r["steps"]) for r in runs] == [("gpt+", 24), ("angpt", 24), ("gpt+", 12), ("angpt", 12)]
+        assert all(r["seed"] == seed and r["lr"] == rates[r["arm"]]["lr"] and r["status"] == "finished" for r in runs)
+    # the same tokens in the same order for both arms of a pair: their first steps' losses are of the same batches,
+    # and the model starts from its seed's weights (each run's step 1 is its own fresh start)
+    a, b = second["pieces"][0]["runs"][:2]
+    assert a["curve"][0]["step"] == b["curve"][0]["step"] == 1
+
+
+def test_a_loan_killed_mid_block_loses_only_its_running_run_and_the_next_completes_it(cycle):
+    root, loans, returns = cycle
+    third, fourth = loans[2], loans[3]
+    assert returns[2] == -9  # killed as `timeout` would
+    block = third["pieces"][-1]
+    assert block["stage"] == "seed" and block["status"] == "running"
+    assert [r["status"] for r in block["runs"]] == ["finished", "running"]  # the second run died with the loan
+    # the next loan runs what the block still lacks, as one piece: nothing twice
+    done = [(r["arm"], r["seed"], r["steps"]) for x in loans for r in _runs(x, "seed") if r["status"] == "finished"]
+    assert len(done) == len(set(done))
+    rest = fourth["pieces"][0]
+    assert rest["stage"] == "seed" and rest["runs"][0]["seed"] == block["runs"][0]["seed"]
+    assert [(r["arm"], r["steps"]) for r in rest["runs"]] == [("angpt", 24), ("gpt+", 12), ("angpt", 12)]
+
+
+def test_the_report_pairs_only_whole_pairs_and_names_its_words_by_the_protocol(cycle):
+    root, loans, _ = cycle
+    report = json.loads((root / "report.json").read_text())
+    assert report["seeds"] == [0, 1, 2]
     rows = report["arms"]["angpt"]["budgets"]
-    assert [r["steps"] for r in rows] == [12, 24] and all(r["seeds"] == [0, 1] for r in rows)
-    assert all(r["verdict"] == "two-seed screen" for r in rows)
-    assert not report["horizon"]["evidence"]
+    assert [r["steps"] for r in rows] == [12, 24] and all(r["seeds"] == [0, 1, 2] for r in rows)
+    assert not report["horizon"]["evidence"]  # tiny: a smoke test, whatever its p-values say
+    assert all(r["verdict"] == "smoke test" for r in rows)
     md = (root / "report.md").read_text()
     assert "a smoke test, not evidence" in md and (root / "race.png").exists()
+    assert "Step time at the race's shape" in md  # the race runs time the arms themselves
 
 
 def test_a_loan_with_other_race_settings_is_refused_in_one_line(cycle, tmp_path):
@@ -110,7 +155,7 @@ def test_a_loan_with_other_race_settings_is_refused_in_one_line(cycle, tmp_path)
         str(tmp_path / "o"), "--loan", "--smoke", "--race-root", str(root), "--settings", str(tmp_path / "s.yaml")
     )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert "this loan has other race settings than loan loan-2: race.steps=30 (there 24)" in res.stderr
+    assert "this loan has other race settings than loan loan-1: race.steps=30 (there 24)" in res.stderr
     assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
@@ -204,6 +249,19 @@ def test_the_report_pairs_seeds_across_loans_against_an_independent_reference():
     assert sp["n_seeds"] == 3 and sp["below_range"] == 3 and sp["ci95"] is not None
 
 
+def test_a_diverged_run_is_named_in_its_budgets_verdict_and_never_averaged_away():
+    loans = _three_loans()
+    diverged = loans[2]["pieces"][0]["runs"][1]  # angpt, seed 2, the full budget
+    diverged.update(status="diverged", test_loss=math.inf, val_loss=math.inf)
+    a = rr.analyse(loans)
+    full = a["arms"]["angpt"]["budgets"][1]
+    assert full["seeds"] == [0, 1, 2] and full["diverged"] == ["angpt seed 2"]
+    assert full["verdict"] == "diverged: angpt seed 2" and full["mean_diff"] is None and full["test"] is None
+    half = a["arms"]["angpt"]["budgets"][0]
+    assert half["diverged"] == [] and half["verdict"] in ("established", "behind", "not distinguishable", "level")
+    assert "diverged: angpt seed 2" in rr.render(a)
+
+
 def test_verdict_words_follow_the_protocol():
     significant = {"mean_diff": -0.05, "ci95": [-0.07, -0.03]}
     assert rr.verdict_word(2, significant, 0.001) == "two-seed screen"
@@ -214,6 +272,9 @@ def test_verdict_words_follow_the_protocol():
     # inside +-0.2 but not +-0.02 (docs/protocol.md's margin): not level
     assert rr.verdict_word(5, {"mean_diff": 0.0, "ci95": [-0.05, 0.05]}, 0.9) == "not distinguishable"
     assert rr.verdict_word(5, significant, 0.06) == "not distinguishable"  # raw p small, Holm's not
+    # below the horizon (docs/protocol.md#horizon) a comparison is a smoke test; a diverged run is named
+    assert rr.verdict_word(5, significant, 0.001, evidence=False) == "smoke test"
+    assert rr.verdict_word(5, significant, 0.001, diverged=["angpt seed 3"]) == "diverged: angpt seed 3"
 
 
 def test_rates_are_chosen_by_validation_loss_and_an_edge_extends_the_grid():
@@ -272,167 +333,291 @@ def test_the_report_cli_refuses_in_one_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ the planner
-LOAN_CFG = {
-    "deadline_s": 585,
-    "assume": {"corpus_s_per_mtoken": 0.5, "screen_step_s": 2.5, "race_step_s": 0.1, "race_setup_s": 30},
-    "corpus": CORPUS,
-    "speed": {"budget_s": 300, "shapes": [{"preset": "gpt2-small", "batch": 16, "seq_len": 1024, "compile": False}]},
-    "screen": {"preset": "gpt2-small", "seq_len": 1024, "batch_tokens": 524288, "micro_batch": 32, "steps": 100,
-               "lr": 2e-3, "runs": [["angpt[input_norm=none]", 0], ["angpt", 0]]},
-    "race": {**RACE, "preset": "gpt2-small", "extra_arms": ["ngpt"], "grid": {**RACE["grid"], "ngpt": [4e-3]},
-             "defaults_settled": True},
+FIRST_LOAN = ROOT / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
+
+
+def _settings(profile="loan"):
+    from angpt.train.config import load_yaml
+
+    return load_yaml((GPU / "settings.yaml").read_text())[profile]
+
+
+def test_the_next_loan_tunes_and_each_loan_after_it_adds_two_seeds_within_the_limit():
+    """Issue 45's plan on the H200's measured numbers (the first loan's GPT+ compiled at gpt2-small): the next loan
+    tunes both arms at three rates each over the full budget, and each loan after it holds two whole seeds (both
+    arms at both budgets), at the shape's floors, within 570 s. `kit.py --plan --loan --json` prints the same."""
+    res = subprocess.run(
+        [sys.executable, str(GPU / "kit.py"), "--plan", "--loan", "--json"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    cfg = _settings()
+    race = cfg["race"]
+    shape = got["shape"]
+    assert shape["d_model"] >= 384 and shape["n_layers"] >= 6 and shape["context"] >= 512
+    assert shape["tokens_per_param"] >= 10 and shape["steps"] >= 1000 and shape["vocab"] == 8192
+    assert got["estimate_s"]["total"] <= got["estimate_s"]["limit_s"] == 570
+    for arm in race["arms"]:
+        tune = [r for r in got["runs"] if r["arm"] == arm and r["role"] == "tune"]
+        rates = sorted(r["lr"] for r in tune)
+        assert len(rates) >= 3 and all(b == pytest.approx(2 * a) for a, b in zip(rates, rates[1:]))
+        assert all(r["steps"] == race["steps"] for r in tune)  # every run covers the full budget
+        from angpt.models import registry
+
+        assert rates[len(rates) // 2] == registry.get(arm).recipe.lr_for(race["preset"])  # centred on the recipe's
+    for later in got["later"]:
+        assert len(later["seeds"]) >= 2 and later["pairs"] >= 2 * len(race["budgets"])
+        assert later["total_s"] <= 570
+    # the estimate uses the race's own vocabulary, and states MFU against the datasheet's peak first
+    assert got["assumptions"]["mfu"]["datasheet_tflops"] == pytest.approx(989.5)
+    assert list(got["assumptions"]["mfu"]["gpt+"])[:2] == ["tflops", "of_datasheet"]
+    assert "GPT+'s compiled 360 TFLOP/s at gpt2-small" in got["assumptions"]["step_s"]
+
+
+def test_costs_take_what_loans_measured_first():
+    """A race step: measured at the race's shape, else GPT+'s compiled MFU at gpt2-small x width_factor at the race's
+    FLOPs per token with its own vocabulary (8,192: 50,304 counted 1.57x the FLOPs at the old shape), else assumed.
+    The compiling and the data: measured, else assumed."""
+    cfg = _settings()
+    measured = json.loads(FIRST_LOAN.read_text())
+    assume = cfg["assume"]
+    costs = loan.Costs(cfg, [])
+    assert costs.step("gpt+") == (assume["race_step_s"], "assumed (settings)")
+    assert costs.compile("angpt") == assume["compile_s"]
+    assert costs.data(140_000_000) == pytest.approx(assume["data_fixed_s"] + assume["data_s_per_mtoken"] * 140)
+    costs = loan.Costs(cfg, [measured])
+    gpt = measured["speed"][1]["rows"][0]
+    assert measured["speed"][1]["compile"] and gpt["arch"] == "gpt+"
+    flops = loan.race_model(cfg, "gpt+").flops_per_token(cfg["race"]["seq_len"])
+    assert loan.race_model(cfg, "gpt+").config.vocab_size == 8192
+    per_step = flops * cfg["race"]["batch_tokens"] / (assume["width_factor"] * gpt["train_flops"])
+    assert costs.step("gpt+")[0] == pytest.approx(per_step)
+    angpt = next(r for r in measured["speed"][1]["rows"] if r["arch"] == "angpt")
+    assert costs.step("angpt")[0] == pytest.approx(per_step * angpt["train_ratio"])  # its measured step ratio
+    # a loan that ran race runs: their slowest step, an arm's first window beyond its steps, the data's rate
+    ran = {"loan": "x", "settings": cfg, "data": {"seconds": 70.0, "tokens": {"train": 140_000_000}},
+           "pieces": [{"stage": "tune", "runs": [
+               {"arm": "gpt+", "lr": 2e-3, "seed": 1000, "steps": 1052, "status": "finished", "step_time": 0.061,
+                "model_reused": False, "first_window_extra_s": 38.0},
+               {"arm": "gpt+", "lr": 1e-3, "seed": 1000, "steps": 1052, "status": "finished", "step_time": 0.064,
+                "model_reused": True, "first_window_extra_s": 0.4}]}]}  # fmt: skip
+    costs = loan.Costs(cfg, [measured, ran])
+    assert costs.step("gpt+") == (0.064, "measured at the race's shape")
+    assert costs.step("angpt")[0] == pytest.approx(0.064 * 1.06)  # the other arm's, and nGPT's measured excess
+    assert costs.compile("gpt+") == 38.0 and costs.compile("angpt") == assume["compile_s"]
+    assert costs.data(70_000_000) == pytest.approx(35.0)
+    run = loan.Run("gpt+", 2e-3, 0, 1052)
+    evals = (1052 - 1) // cfg["race"]["eval_every"] + 2  # every eval_every steps, then validation and test
+    assert costs.run(run) == pytest.approx(
+        1052 * 0.064 + evals * cfg["race"]["eval_batches"] * assume["eval_batch_steps"] * 0.064 + assume["run_setup_s"]
+    )
+
+
+SMALL = {
+    "deadline_s": 600,
+    "assume": {"env_s": 0, "data_fixed_s": 0, "data_s_per_mtoken": 0, "compile_s": 20, "run_setup_s": 0,
+               "eval_batch_steps": 0, "race_step_s": 0.1},
+    "corpus": {"tokenizer": "bpe:512", "train_tokens": 1000},
+    "race": {"arms": ["gpt+", "angpt"], "extra_arms": ["ngpt"], "preset": "tiny",
+             "model": {"d_model": 32, "n_layers": 2, "n_heads": 2}, "seq_len": 32, "batch_tokens": 256,
+             "micro_batch": 8, "steps": 1000, "budgets": [0.5, 1.0], "tuning_seed": 1000,
+             "grid": {"gpt+": [1e-3, 2e-3, 4e-3], "angpt": [1e-3, 2e-3, 4e-3], "ngpt": [4e-3]},
+             "seeds": [0, 1, 2, 3, 4, 5], "screen_after_seeds": 4, "eval_every": 0, "eval_batches": 1,
+             "dtype": "fp32"},
+    "screen": {"steps": 10, "lr": 2e-3, "runs": [["angpt[input_norm=none]", 0], ["angpt", 0]]},
 }  # fmt: skip
+
+
+def _tuned(cfg, vals=None):
+    vals = vals or {"gpt+": (3.3, 3.2, 3.25), "angpt": (3.4, 3.15, 3.18)}
+    runs = [{"arm": a, "lr": lr, "seed": 1000, "steps": cfg["race"]["steps"], "status": "finished", "val_loss": v}
+            for a in ("gpt+", "angpt") for lr, v in zip(cfg["race"]["grid"][a], vals[a])]  # fmt: skip
+    return {"loan": "t", "settings": cfg, "pieces": [{"stage": "tune", "runs": runs}]}
+
+
+def _seeded(cfg, seeds, lrs=None):
+    lrs = lrs or {"gpt+": 2e-3, "angpt": 2e-3}
+    runs = [{"arm": a, "lr": lrs[a], "seed": sd, "steps": st, "status": "finished", "test_loss": 3.0}
+            for sd in seeds for a in ("gpt+", "angpt") for st in (500, 1000)]  # fmt: skip
+    return {"loan": "s", "settings": cfg, "pieces": [{"stage": "seed", "runs": runs}]}
+
+
+def test_tuning_keeps_the_arms_level_and_seeds_wait_for_it():
+    cfg = copy.deepcopy(SMALL)
+    pieces, notes = loan.plan(cfg, [])
+    keys = [(p.runs[0].arm, p.runs[0].lr) for p in pieces if not p.optional]
+    assert keys == [("gpt+", 2e-3), ("angpt", 2e-3), ("gpt+", 1e-3), ("angpt", 1e-3), ("gpt+", 4e-3), ("angpt", 4e-3)]
+    assert all(p.stage == "tune" for p in pieces if not p.optional) and "wait for the tuning" in notes[0]
+    assert [p.runs[0].arm for p in pieces if p.optional and p.stage == "tune"] == ["ngpt"]
+    # a best rate at an edge: the next rate beyond it comes (and the seeds still wait)
+    edge = _tuned(cfg, {"gpt+": (3.3, 3.2, 3.1), "angpt": (3.4, 3.15, 3.18)})
+    pieces, _ = loan.plan(cfg, [edge])
+    required = [p for p in pieces if not p.optional]
+    assert [(p.runs[0].arm, p.runs[0].lr) for p in required] == [("gpt+", 8e-3)]
+
+
+def test_seed_blocks_are_whole_and_the_screen_comes_after_four_seeds():
+    cfg = copy.deepcopy(SMALL)
+    tuned = _tuned(cfg)
+    pieces, _ = loan.plan(cfg, [tuned])
+    seed = [p for p in pieces if p.stage == "seed"]
+    assert [(r.arm, r.steps) for r in seed[0].runs] == [("gpt+", 1000), ("angpt", 1000), ("gpt+", 500), ("angpt", 500)]
+    assert all(r.lr == 2e-3 and r.role == "report" for r in seed[0].runs)
+    assert not any(p.stage == "screen" for p in pieces)
+    pieces, notes = loan.plan(cfg, [tuned, _seeded(cfg, [0, 1, 2])])
+    assert not any(p.stage == "screen" for p in pieces) and any(
+        "waits for 4 complete seeds (now 3)" in n for n in notes
+    )
+    pieces, _ = loan.plan(cfg, [tuned, _seeded(cfg, [0, 1, 2, 3])])
+    stages = [p.stage for p in pieces if not p.optional]
+    assert stages == ["screen", "screen", "seed", "seed"]  # the screen, then the rest of the seeds
+    # a block that no loan could hold is split into its budgets' pairs; a pair no loan could hold, into its runs
+    cfg["deadline_s"] = 10 + 40 + 1000 * 0.1 * 2 + 5  # room: the compiling of both arms and one full pair
+    pieces, _ = loan.plan(cfg, [tuned])
+    seed = [p for p in pieces if p.stage == "seed" and not p.optional]
+    assert [[(r.arm, r.steps) for r in p.runs] for p in seed[:2]] == [
+        [("gpt+", 1000), ("angpt", 1000)],
+        [("gpt+", 500), ("angpt", 500)],
+    ]
+    cfg["deadline_s"] = 10 + 40 + 1000 * 0.1 + 5
+    seed = [p for p in loan.plan(cfg, [tuned])[0] if p.stage == "seed" and not p.optional]
+    assert [[r.arm for r in p.runs] for p in seed[:2]] == [["gpt+"], ["angpt"]]
 
 
 class FakeResults:
     def __init__(self):
-        self.data = {}
+        self.data = {"started": "2026-12-01 00:00:00 UTC"}
 
     def set(self, key, value):
         self.data[key] = value
 
 
-def _simulate(cfg, loans, seconds, clock, **kw):
-    """run_loan with executors that take `seconds` of a fake clock per run and return losses from a table."""
+def _simulate(cfg, loans, seconds, clock, cut=(), **kw):
+    """run_loan with executors that take `seconds` of a fake clock per run; runs in `cut` come back cut."""
 
-    def race_run(data, run):
+    def race_run(data, run, end):
         clock[0] += seconds
-        return {"status": "finished", "val_loss": 3.5 + abs(math.log2(run.lr / 4e-3)) / 10, "test_loss": 3.5,
-                **PARAMS, "step_time": 0.1}  # fmt: skip
-
-    def screen_run(data, run, end):
-        clock[0] += seconds
-        return {"status": "finished", "step_time": 2.5, "records": []}
+        if (run.arm, run.seed, run.steps) in cut:
+            return {"status": "cut", "error": "deadline"}
+        return {"status": "finished", "val_loss": 3.0 + abs(math.log2(run.lr / 2e-3)) / 10, "test_loss": 3.0,
+                "step_time": 0.1}  # fmt: skip
 
     res = FakeResults()
     loan.run_loan(
-        cfg,
-        loans,
-        res,
-        clock[0] + cfg["deadline_s"],
-        make_data=lambda n: {"source": "machine", "tokens": {"train": n}, "corpus_s": 1, "prepare_s": 1},
-        speed=lambda shapes: clock.__setitem__(0, clock[0] + 10),
-        screen_run=screen_run,
-        race_run=race_run,
-        **kw,
-    )
+        cfg, loans, res, clock[0] + cfg["deadline_s"],
+        make_data=lambda n: {"source": "machine", "tokens": {"train": n}},
+        speed=lambda shapes: None, screen_run=lambda d, r, e: {"status": "finished"}, race_run=race_run, **kw,
+    )  # fmt: skip
     return res.data
 
 
-def test_the_planner_keeps_the_order_and_starts_only_what_fits(monkeypatch):
+def test_a_loan_starts_a_block_only_if_all_of_it_fits_and_a_cut_run_counts_for_nothing(monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(loan.time, "time", lambda: clock[0])
-    cfg = copy.deepcopy(LOAN_CFG)
-    cfg["race"]["defaults_settled"] = False
-    data = _simulate(cfg, [], 200, clock)
-    # speed, then screens of ~270 s each (100 steps at 2.5 s): 10 + corpus + 200 + 200 fits 585 - 20; nothing else
-    assert [p["key"].split()[0] for p in data["pieces"]] == ["speed", "screen", "screen"]
-    assert any("waits for the deviation screen's decision" in n for n in data["plan"]["notes"])
-    # the next loan: the screen is done, defaults settled: tuning, required pieces before nGPT's optional one
-    done = {
-        "loan": "l1",
-        "settings": cfg,
-        "pieces": data["pieces"],
-        "speed": [{**cfg["speed"]["shapes"][0], "status": "done"}],
-    }
-    cfg["race"]["defaults_settled"] = True
-    pieces, _ = loan.plan(cfg, [done])
-    assert [p.stage for p in pieces[:6]] == ["tune"] * 6 and not any(p.optional for p in pieces[:6])
-    assert pieces[6].optional and pieces[6].runs[0].arm == "ngpt"
-    assert all(p.stage != "seed" for p in pieces)  # no seed before the rates are chosen
-    # a race run is estimated at 1450 x 0.1 x 1.05 + 30 = 182 s, the corpus at ~108 s; runs that take 200 s: after
-    # two, 165 s are left, and no other piece fits
+    cfg = copy.deepcopy(SMALL)
+    cfg["race"]["extra_arms"] = []
+    tuned = _tuned(cfg)
+    # a block is estimated at 2 x 20 s compiling + (1000 + 1000 + 500 + 500) x 0.1 s = 340 s; two need 640 s
+    cfg["deadline_s"] = 10 + 340 + 250
+    data = _simulate(cfg, [tuned], 0.1 * 1000, clock)
+    assert [p["key"].split()[:2] for p in data["pieces"]] == [["seed", "0"]]  # the second block did not fit whole
+    assert data["waiting"][0].startswith("seed 1 ")
+    # a run cut by the deadline counts for nothing: the block's next loan runs it again, with what is missing
     clock[0] = 5000.0
-    data = _simulate(cfg, [done], 200, clock)
-    started = [p["key"] for p in data["pieces"]]
-    assert len(started) == 2 and all(k.startswith("tune") for k in started)
-    assert data["waiting"] and data["waiting"][0].startswith("tune")
+    cfg["deadline_s"] = 10 + 700
+    data = _simulate(cfg, [tuned], 10, clock, cut={("angpt", 0, 1000)})
+    first = data["pieces"][0]
+    assert first["status"] == "cut by the deadline" and [r["status"] for r in first["runs"]] == ["finished", "cut"]
+    assert len(data["pieces"]) == 1  # nothing starts after the deadline cut a run
+    later = {"loan": "l2", "settings": cfg, "pieces": data["pieces"]}
+    pieces, _ = loan.plan(cfg, [tuned, later])
+    assert [(r.arm, r.steps) for r in pieces[0].runs] == [("angpt", 1000), ("gpt+", 500), ("angpt", 500)]
 
 
-def test_a_compiled_speed_shape_is_planned_with_its_compiling_and_alone():
-    """The 2026-11-27 loan (H200) timed gpt2-small eager (35.5 s) and compiled (211.7 s) and the 0.5B eager (68.3 s);
-    its 0.5B compiled shape, planned as one piece with the rest at a share of the budget (105 s), was cut off by
-    the command's limit. Each shape is now its own piece, a compiled one estimated as its eager twin plus the
-    compiling measured elsewhere (with a quarter more): 68.3 + 1.25 x 176.2 = 288.6 s."""
-    shapes = [{"preset": p, "batch": b, "seq_len": t, "compile": c}
-              for p, b, t in (("gpt2-small", 16, 1024), ("0.5B", 8, 2048)) for c in (False, True)]  # fmt: skip
-    cfg = {**copy.deepcopy(LOAN_CFG), "speed": {"budget_s": 420, "shapes": shapes}}
-    first, _ = loan.plan(cfg, [])
-    assert [p.key for p in first[:4]] == [f"speed {loan._shape_name(s)}" for s in shapes]
-    assert [p.estimate_s for p in first[:4]] == [105.0] * 4  # nothing measured yet: a share of the budget each
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
-    measured = json.loads(root.read_text())
-    assert [s["seconds"] for s in measured["speed"]] == [35.5, 211.7, 68.3]
-    # the race runs compiled: its step is estimated at GPT+'s compiled MFU (46%; eager: 23%), x 0.7
-    race = {**cfg["race"], "compile": True}
-    per_step, how = loan.race_step_estimate(race, [measured], cfg["assume"])
-    peak = measured["env"]["bf16_matmul_tflops"] * 1e12
-    mfu = measured["speed"][1]["rows"][0]["train_flops"] / peak
-    assert how == "GPT+'s measured MFU compiled 46% x 0.7"
-    assert per_step == pytest.approx(loan.race_flops_per_token(race) * race["batch_tokens"] / (0.7 * mfu * peak))
-    assert loan.race_step_estimate({**race, "compile": False}, [measured], cfg["assume"])[1].endswith("eager 23% x 0.7")
-    pieces, _ = loan.plan(cfg, [measured])
-    assert pieces[0].key == "speed 0.5B 8x2048 compiled" and pieces[0].shapes == [shapes[3]]
-    assert pieces[0].estimate_s == pytest.approx(68.3 + 1.25 * (211.7 - 35.5))
-    assert pieces[1].stage == "screen"
-    # a fix to measure again: a shape with `since` after the loan's start is planned again, at its time and a tenth
-    again = copy.deepcopy(cfg)
-    again["speed"]["shapes"][1]["since"] = "2026-11-27 03:40"  # the loan started at 02:35:44
-    pieces, _ = loan.plan(again, [measured])
-    assert [p.key for p in pieces[:2]] == ["speed gpt2-small 16x1024 compiled", "speed 0.5B 8x2048 compiled"]
-    assert pieces[0].estimate_s == pytest.approx(1.1 * 211.7)
-    again["speed"]["shapes"][1]["since"] = "2026-11-27 02:00"
-    assert loan.plan(again, [measured])[0][0].key == "speed 0.5B 8x2048 compiled"
+def test_runs_on_one_model_equal_separate_angpt_train_runs(data_dir, tmp_path):
+    """The race's packing: one model an arm, its weights set in place for each run. Every run's losses at every step,
+    its final validation loss, equal those of a separate `angpt train` run with the same seed, data and rate (eager,
+    on the CPU: exactly). Checked failing with the runner's re-initialisation skipped and with the loader seeded
+    by the first run's seed."""
+    race_mod = _module("race")
+    from angpt.train.config import load_run_config
+    from angpt.train.loop import train
+    from angpt.train.metrics import read_metrics
+
+    spec = {"preset": "tiny", "model": {"d_model": 32, "n_layers": 2, "n_heads": 2}, "seq_len": 32,
+            "batch_tokens": 256, "micro_batch": 4, "eval_every": 5, "eval_batches": 2, "log_every": 1,
+            "compile": False}  # fmt: skip
+    cfg, data = {"dtype": "fp32", "device": "cpu"}, {"dir": str(data_dir)}
+    for arm in ("gpt+", "angpt"):
+        runner = race_mod.ArmRunner(arm, spec, cfg, data)
+        for i, (lr, seed, steps) in enumerate(((4e-3, 0, 9), (8e-3, 1, 7))):
+            got = runner.run(race_mod.Run(arm, lr, seed, steps), check_every=3)
+            assert got["status"] == "finished" and got["model_reused"] == (i > 0)
+            over = {**race_mod.run_overrides(spec, cfg, data, arm), "train.lr": lr, "train.seed": seed,
+                    "train.max_steps": steps, "out": str(tmp_path / f"{arm}-{i}"), "train.log_every": 1,
+                    "train.progress": False, "train.tensorboard": False, "train.save_every": 0}  # fmt: skip
+            ref = train(load_run_config(None, over))
+            losses = [r["loss"] for r in read_metrics(ref.out)]
+            assert [r["loss"] for r in got["curve"] if "loss" in r] == losses
+            assert got["val_loss"] == ref.val_loss
+            assert got["warmup_steps"] == (max(1, int(0.05 * steps)) if arch_warms(arm) else 0)
 
 
-def test_mfu_is_read_against_the_environment_steps_peak_and_the_datasheets():
-    """The 2026-11-27 loan's bench measured its peak with single 2048-size matmuls, 404 TFLOP/s on an H200 whose
-    8192-size matmuls ran at 781.5 (the environment step): its rows say 91% MFU for GPT+ compiled. The report
-    divides by the environment's peak instead (360 TFLOP/s: 46%) and gives the datasheet's (989.5: 36%) beside it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+def arch_warms(arm):
+    from angpt.models import registry
+
+    return registry.get(arm).recipe.warmup_fraction > 0
+
+
+def test_a_compiled_arm_compiles_once_for_all_its_runs(data_dir):
+    """The second run of an arm reuses the first's compiled forward and constraint: no graph is compiled again
+    (aot_eager, Dynamo's error_on_recompile), and its losses are those of the eager runner's (float tolerance)."""
+    import torch
+
+    race_mod = _module("race")
+    spec = {"preset": "tiny", "model": {"d_model": 32, "n_layers": 2, "n_heads": 2}, "seq_len": 32,
+            "batch_tokens": 256, "micro_batch": 4, "eval_every": 0, "eval_batches": 1, "log_every": 1}  # fmt: skip
+    cfg, data = {"dtype": "fp32", "device": "cpu"}, {"dir": str(data_dir)}
+    from torch._dynamo.utils import counters
+
+    real = torch.compile
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "compile", lambda fn, **kw: real(fn, **{**kw, "backend": "aot_eager"}))
+        runner = race_mod.ArmRunner("angpt", {**spec, "compile": True}, cfg, data)
+        first = runner.run(race_mod.Run("angpt", 4e-3, 0, 4), check_every=2)
+        graphs = counters["stats"]["unique_graphs"]
+        assert graphs >= 2  # the forward and the weight constraint
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            second = runner.run(race_mod.Run("angpt", 8e-3, 1, 4), check_every=2)
+        assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled for the second run
+    eager = race_mod.ArmRunner("angpt", {**spec, "compile": False}, cfg, data)
+    eager.run(race_mod.Run("angpt", 4e-3, 0, 4), check_every=2)
+    ref = eager.run(race_mod.Run("angpt", 8e-3, 1, 4), check_every=2)
+    assert first["compiled"] and second["model_reused"]
+    assert first["constraint"] == second["constraint"] == "compiled" and ref["constraint"] == "eager"
+    got = [r["loss"] for r in second["curve"] if "loss" in r]
+    assert got == pytest.approx([r["loss"] for r in ref["curve"] if "loss" in r], rel=1e-5)
+
+
+def test_mfu_is_stated_against_the_datasheets_peak_first():
+    """The 2026-11-27 loan's speed rows: GPT+ compiled at gpt2-small ran at 360 TFLOP/s, 36% of the H200's
+    datasheet dense bf16 peak (989.5) and 46% of the 781.5 the environment step measured. Reports state the
+    datasheet's first (issue 45), the measured beside it; the target is read against the datasheet's."""
+    sys.path.insert(0, str(GPU))
     import report
 
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-race" / "2026-11-27-H200" / "results.json"
-    d = json.loads(root.read_text())
+    d = json.loads(FIRST_LOAN.read_text())
     compiled = d["speed"][1]
     assert compiled["compile"] and compiled["rows"][0]["arch"] == "gpt+" and compiled["rows"][0]["peak_fraction"] > 0.9
     lines = report.targets(compiled, d["env"])
-    assert lines[0].startswith("GPT+ compiled at gpt2-small: 46% of the measured bf16 matmul peak")
-    assert "met; 36% of the datasheet's" in lines[0]
+    assert lines[0].startswith("GPT+ compiled at gpt2-small: 36% of the datasheet's dense bf16 peak")
+    assert "**missed**; 46% of the measured bf16 matmul peak" in lines[0]
     table = "\n".join(report._speed(d["speed"], d["env"]))
-    assert "| gpt+ | 191M | 46.6 | 1.000 | 351,855 | 360 | 46% | 36% | 11.8 | 1.000 |" in table
-
-
-def test_optional_pieces_fill_room_that_a_required_piece_does_not_fit(monkeypatch):
-    clock = [1000.0]
-    monkeypatch.setattr(loan.time, "time", lambda: clock[0])
-    cfg = copy.deepcopy(LOAN_CFG)
-    done = {"loan": "l1", "settings": cfg, "speed": [{**cfg["speed"]["shapes"][0], "status": "done"}],
-            "pieces": [{"stage": "screen", "key": "s", "status": "done",
-                        "runs": [{"arm": a, "lr": 2e-3, "seed": 0, "steps": 100, "status": "finished"}
-                                 for a in ("angpt[input_norm=none]", "angpt")]}]}  # fmt: skip
-    # gpt+ at its three rates and angpt at two are done: angpt at 8e-3 is the one required tuning run left
-    done["pieces"] += _tuning()[:5]
-    # time for the corpus (~108 s) and two runs of ~182 s
-    cfg["deadline_s"] = 108 + 182 + 182 + 20 + 5
-    pieces, _ = loan.plan(cfg, [done])  # gpt+ is tuned, angpt is not: no reported seed yet, not even gpt+'s
-    assert [p.key for p in pieces if not p.optional] == ["tune angpt lr=0.008 seed=1000 steps=1450"]
-    assert pieces[0].key.startswith("tune angpt") and all(p.optional for p in pieces[1:])
-    # the required run first (150 s); of what is left (327 s) the seed pair at the full budget (364 s) does not fit,
-    # the pair at half of it (212 s) does: a required piece, before nGPT's optional tuning run
-    data = _simulate(cfg, [done], 150, clock)
-    keys = [p["key"] for p in data["pieces"]]
-    assert keys[0].startswith("tune angpt lr=0.008") and keys[1].startswith("seed 0 steps=725 gpt+@0.002, angpt")
-    # a loan whose room holds no required piece: an optional one fills it. Speed shape marked optional (~100 s):
-    # the screen's first run (this corpus ~37 s + 270 s) does not fit 300 s, the optional shape does
-    cfg = copy.deepcopy(LOAN_CFG)
-    cfg["race"]["defaults_settled"] = False
-    cfg["speed"] = {"budget_s": 100, "shapes": [{**cfg["speed"]["shapes"][0], "optional": True}]}
-    cfg["deadline_s"] = 20 + 300
-    pieces, _ = loan.plan(cfg, [])
-    assert [p.stage for p in pieces] == ["screen", "screen", "speed"] and pieces[-1].optional
-    data = _simulate(cfg, [], 100, clock)
-    assert [p["key"] for p in data["pieces"]] == ["speed gpt2-small 16x1024"]
+    assert "| gpt+ | 191M | 46.6 | 1.000 | 351,855 | 360 | 36% | 46% | 11.8 | 1.000 |" in table
 
 
 # ------------------------------------------------------------------------------------------------ the corpus
@@ -489,17 +674,3 @@ def test_the_race_data_has_held_out_splits_and_the_same_fingerprint_twice(tmp_pa
     two = corpus.prepare_race_data(spec, tmp_path / "w2", workers=1)
     assert one["data_fingerprint"] == two["data_fingerprint"] and one["corpus_fingerprint"] == two["corpus_fingerprint"]
     assert one["documents"]["val"] > 0 and one["documents"]["test"] > 0 and one["tokens"]["train"] >= 40_000
-
-
-def test_a_seed_pair_that_no_loan_holds_runs_one_arm_per_loan():
-    cfg = copy.deepcopy(LOAN_CFG)
-    cfg["race"]["extra_arms"] = []
-    tuned = {"loan": "l1", "settings": cfg, "pieces": _tuning()}
-    pieces, _ = loan.plan(cfg, [tuned])  # a run ~182 s, the corpus ~108 s: a pair fits 585 s
-    first = [p for p in pieces if p.stage == "seed"][0]
-    assert [r.arm for r in first.runs] == ["gpt+", "angpt"] and first.runs[0].steps == 1450
-    cfg["deadline_s"] = 400  # room for 272 s of runs: one at a time
-    pieces, _ = loan.plan(cfg, [tuned])
-    seeds = [p for p in pieces if p.stage == "seed"]
-    assert [[r.arm for r in p.runs] for p in seeds[:2]] == [["gpt+"], ["angpt"]]
-    assert seeds[0].runs[0].lr == 2e-3 and seeds[1].runs[0].lr == 4e-3 and seeds[0].runs[0].seed == 0

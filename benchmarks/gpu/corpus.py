@@ -140,38 +140,33 @@ def build_corpus(out: Path, *, max_bytes: int, workers: int = 16, roots: list[tu
     }
 
 
-def prepare_race_data(spec: dict, work: Path, workers: int) -> dict:
-    """The corpus of `spec` (tokenizer, val_fraction, test_fraction, train_tokens) tokenised in `work`, with its
-    fingerprints: the corpus's (which files) and the tokens' (angpt.data.data_identity). Tokenizing and the BPE fit
-    use `workers` threads."""
+def prepare_race_data(spec: dict, work: Path, workers: int, roots: list[tuple[str, Path]] | None = None) -> dict:
+    """The corpus of `spec` (tokenizer, val_fraction, test_fraction, train_tokens; tokenizer_train_bytes, the BPE's
+    sample) tokenised in `work`, with its fingerprints: the corpus's (which files) and the tokens' (angpt.data.
+    data_identity). Reading uses `workers` threads, tokenizing `workers` processes (angpt.data.prepare_dataset).
+    `roots` ((label, folder) pairs) replaces the machine's folders (default_roots)."""
     from angpt.data import data_identity, prepare_dataset
 
     work.mkdir(parents=True, exist_ok=True)
     held_out = spec["val_fraction"] + spec["test_fraction"]
     max_tokens = int(spec["train_tokens"] / (1 - held_out)) + 1
     t0 = time.time()
-    corpus = build_corpus(work / "corpus.jsonl", max_bytes=spec.get("bytes_per_token", 4) * max_tokens, workers=workers)
+    corpus = build_corpus(
+        work / "corpus.jsonl", max_bytes=spec.get("bytes_per_token", 4) * max_tokens, workers=workers, roots=roots
+    )
     t1 = time.time()
     data_dir = work / f"race-data-{spec['tokenizer'].replace(':', '')}-{max_tokens}"
-    # run.sh turns the tokenizers' thread pool off for training; here the pool is the work
-    saved = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-    os.environ.update(TOKENIZERS_PARALLELISM="true", RAYON_NUM_THREADS=str(workers))
-    try:
-        meta = prepare_dataset(
-            work / "corpus.jsonl",
-            spec["tokenizer"],
-            data_dir,
-            val_fraction=spec["val_fraction"],
-            test_fraction=spec["test_fraction"],
-            max_tokens=max_tokens,
-            progress=False,
-        )
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    meta = prepare_dataset(
+        work / "corpus.jsonl",
+        spec["tokenizer"],
+        data_dir,
+        val_fraction=spec["val_fraction"],
+        test_fraction=spec["test_fraction"],
+        max_tokens=max_tokens,
+        progress=False,
+        workers=max(1, workers),
+        tokenizer_train_bytes=int(spec.get("tokenizer_train_bytes", 50_000_000)),
+    )
     identity = data_identity(data_dir)
     return {
         "dir": str(data_dir),
@@ -187,4 +182,33 @@ def prepare_race_data(spec: dict, work: Path, workers: int) -> dict:
         "python": sys.version.split()[0],
         "corpus_s": round(t1 - t0, 1),
         "prepare_s": round(time.time() - t1, 1),
+        "seconds": round(time.time() - t0, 1),
+        "workers": workers,
     }
+
+
+def rehearsal_corpus(root: Path, files: int = 300) -> Path:
+    """~700 KB of made-up Python in `files` files under `root`: the same on every machine, for rehearsing a loan on a
+    CPU (`kit.py --loan --smoke --corpus-root ROOT`; the machine's own files differ from machine to machine)."""
+    import random
+
+    rng = random.Random(0)
+    words = "alpha beta gamma delta total count index value items result buffer offset window scale".split()
+    for i in range(files):
+        lines = []
+        for j in range(40):
+            a, b, c = rng.sample(words, 3)
+            lines.append(
+                f"def {a}_{b}_{i}_{j}({c}, n={rng.randint(0, 99)}):\n    return {c} * n + {rng.randint(1, 9)}\n"
+            )
+        path = root / f"pkg{i % 7}" / f"mod{i:03d}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines))
+    return root
+
+
+if __name__ == "__main__":  # python benchmarks/gpu/corpus.py --rehearsal ROOT
+    if len(sys.argv) == 3 and sys.argv[1] == "--rehearsal":
+        print(rehearsal_corpus(Path(sys.argv[2])))
+    else:
+        sys.exit("usage: python benchmarks/gpu/corpus.py --rehearsal ROOT")

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
 import sysconfig
 import time
@@ -169,8 +170,9 @@ def step_env(cfg: dict) -> dict:
             datasheet_bf16_tflops=(peak_for_device_name(props.name) or 0) / 1e12,
         )
     n = 8192 if dev.type == "cuda" else 512
-    env["bf16_matmul_tflops"] = round(_matmul_tflops(dev, torch.bfloat16, n), 1)
-    env["fp32_matmul_tflops"] = round(_matmul_tflops(dev, torch.float32, n // 2), 2)
+    # four significant figures: a CPU without bf16 instructions runs bf16 matmuls at well under 0.05 TFLOP/s
+    env["bf16_matmul_tflops"] = float(f"{_matmul_tflops(dev, torch.bfloat16, n):.4g}")
+    env["fp32_matmul_tflops"] = float(f"{_matmul_tflops(dev, torch.float32, n // 2):.4g}")
     # the SDPA backends our attention call can take (flash for causal training on CUDA)
     q = torch.randn(2, 4, 256, 64, device=dev, dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
     for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
@@ -594,9 +596,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", default=str(HERE / "settings.yaml"))
     p.add_argument("--work", default=None, help="scratch folder for data and runs (default: OUT/../gpu-kit-work)")
     p.add_argument("--plan", action="store_true", help="print the full run's estimated cost on one H100 and exit")
-    p.add_argument("--loan", action="store_true", help="run the next pieces of issue 37's plan (profile loan)")
+    p.add_argument("--loan", action="store_true", help="run the next block of the race (profile loan; issue 45)")
     p.add_argument("--race-root", default=str(HERE.parent / "gpu-race"), help="the earlier loans' folders (--loan)")
     p.add_argument("--pieces", type=int, default=None, help="--loan: start at most this many pieces (rehearsals)")
+    p.add_argument("--json", action="store_true", help="--plan --loan: the next loan as JSON")
+    p.add_argument(
+        "--corpus-root",
+        default=None,
+        help="--loan: make the race's corpus from this folder's text files instead of the machine's (your own text, "
+        "or a rehearsal's)",
+    )
+    p.add_argument(
+        "--kill-after-runs",
+        type=int,
+        default=None,
+        help="--loan rehearsal: kill the loan (SIGKILL) as its command's limit would, when its Nth race run ends and "
+        "before it is recorded",
+    )
     a = p.parse_args(argv)
     defaults = {(False, False): "full", (True, False): "smoke", (False, True): "loan", (True, True): "loan-smoke"}
     profile = a.profile or defaults[(a.smoke, a.loan)]
@@ -664,10 +680,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
-    """`--loan`: the next pieces of the plan (benchmarks/gpu/loan.py), or with --plan what they would be."""
+    """`--loan`: the next block of the race (benchmarks/gpu/loan.py), or with --plan what it would be."""
     import loan
     import race_report
     from corpus import prepare_race_data
+    from race import ArmRunner
 
     if cfg.get("device") == "cuda" and hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
         # a compiled forward past Dynamo's recompile limit would run eagerly without a word and be timed as compiled
@@ -682,7 +699,7 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.plan:
-        print(loan.describe(cfg, loans))
+        print(json.dumps(loan.plan_json(cfg, loans), indent=1) if a.json else loan.describe(cfg, loans))
         return 0
     if not a.out:
         print("error: OUT is required (except with --plan)", file=sys.stderr)
@@ -696,20 +713,43 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
     res.set("earlier_loans", [x["loan"] for x in loans])
     torch.backends.cuda.matmul.allow_tf32 = True
     deadline = res.started + cfg["deadline_s"]
+    t0 = time.time()
+    res.set("env", step_env(cfg))
+    res.mark("env", "done", time.time() - t0)
+    runners: dict[str, ArmRunner] = {}  # each arm's model, built and compiled once in this loan
+    finished: list = []
 
     def speed(shapes: list[dict]) -> None:
-        res.set("env", step_env(cfg))
         spec = {**cfg, "speed": {**cfg["speed"], "shapes": shapes}}
         step_speed(spec, res, time.time() + cfg["speed"]["budget_s"])
+        runners.clear()  # bench_step resets Dynamo: the race's arms build and compile again
 
     def make_data(train_tokens: int) -> dict:
         spec = {**cfg["corpus"], "train_tokens": train_tokens}
-        data = prepare_race_data(spec, work, cfg.get("workers", os.cpu_count() or 1))
+        roots = [("corpus-root", Path(a.corpus_root).resolve())] if a.corpus_root else None
+        data = prepare_race_data(spec, work, cfg.get("workers", os.cpu_count() or 1), roots=roots)
         # the image's files against earlier loans' (a corpus cut smaller for a screen is the same image)
         earlier = {x["loan"]: (x.get("data") or {}).get("image_fingerprint") for x in loans if x.get("data")}
         data["same_image_as"] = sorted(k for k, v in earlier.items() if v == data["image_fingerprint"])
         data["other_image_than"] = sorted(k for k, v in earlier.items() if v and v != data["image_fingerprint"])
         return data
+
+    def race_run(data: dict, run, end: float) -> dict:
+        if run.arm not in runners:  # the loan's first arm resets Dynamo; later arms keep the earlier arms' graphs
+            runners[run.arm] = ArmRunner(run.arm, cfg["race"], cfg, data, fresh_compile=not runners)
+        got = runners[run.arm].run(run, deadline=end, check_every=int(cfg["race"].get("check_every", 10)))
+        if cfg["device"] == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        finished.append(run)
+        if a.kill_after_runs is not None and len(finished) >= a.kill_after_runs:
+            # a rehearsal of the command's limit: results.json holds what the runs before this one wrote
+            res.write()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return got
+
+    def screen_run(data: dict, run, end: float) -> dict:
+        runners.clear()  # first_steps resets Dynamo: the race's arms build and compile again after it
+        return sweep_one(cfg, cfg["screen"], data, run.arm, run.lr, run.seed, end)
 
     print(loan.describe(cfg, loans), flush=True)
     loan.run_loan(
@@ -719,8 +759,8 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
         deadline,
         make_data=make_data,
         speed=speed,
-        screen_run=lambda data, run, end: sweep_one(cfg, cfg["screen"], data, run.arm, run.lr, run.seed, end),
-        race_run=lambda data, run: loan.race_train(cfg["race"], cfg, data, run, work),
+        screen_run=screen_run,
+        race_run=race_run,
         max_pieces=a.pieces,
     )
     res.write()

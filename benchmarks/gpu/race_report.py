@@ -35,7 +35,18 @@ from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM  # no
 from angpt.study.stats import detectable_difference, holm, mean_ci95, paired_ttest, speedups, std, usable  # noqa: E402
 
 # The settings that define the race: two loans that differ in any of them measure different things.
-IDENTITY = ("arms", "preset", "model", "seq_len", "batch_tokens", "steps", "budgets", "tuning_seed", "dtype")
+IDENTITY = (
+    "arms",
+    "preset",
+    "model",
+    "seq_len",
+    "batch_tokens",
+    "steps",
+    "budgets",
+    "tuning_seed",
+    "dtype",
+    "eval_batches",
+)
 CORPUS_IDENTITY = ("tokenizer", "val_fraction", "test_fraction", "train_tokens")
 MAX_EXTENSIONS = 2  # grid points added beyond an edge, per arm, before the sweep is called unfinished for good
 
@@ -157,10 +168,17 @@ def budgets(race: dict) -> list[int]:
     return sorted({max(1, round(f * race["steps"])) for f in race["budgets"]})
 
 
-def verdict_word(n: int, test: dict | None, p_holm: float | None) -> str:
-    """The word docs/protocol.md allows for a difference (candidate - baseline) over `n` seeds: fewer than three
-    seeds is a screen; a Holm-adjusted p < ALPHA is established (the candidate lower) or behind (higher); an
-    interval inside +-LEVEL_MARGIN is level; anything else is not distinguishable."""
+def verdict_word(
+    n: int, test: dict | None, p_holm: float | None, *, evidence: bool = True, diverged: list[str] | None = None
+) -> str:
+    """The word docs/protocol.md allows for a difference (candidate - baseline) over `n` seeds: a race short of the
+    horizon (`evidence` False) is a smoke test whatever its numbers; a budget where a run `diverged` says which;
+    fewer than three seeds is a screen; a Holm-adjusted p < ALPHA is established (the candidate lower) or behind
+    (higher); an interval inside +-LEVEL_MARGIN is level; anything else is not distinguishable."""
+    if not evidence:
+        return "smoke test"
+    if diverged:
+        return f"diverged: {', '.join(diverged)}"
     if n < 3:
         return {1: "one-seed screen", 2: "two-seed screen"}.get(n, "no seeds")
     if test is None:
@@ -223,10 +241,18 @@ def analyse(loans: list[dict]) -> dict[str, Any]:
             c_loss = [_loss(c.get("test_loss")) for _, _, c in pairs]
             test = paired_ttest(c_loss, b_loss) if len(pairs) >= 2 else None
             d = [c - b for b, c in zip(b_loss, c_loss)]
+            # a run that diverged (or gave no finite loss) is a result, never left out of a mean: its pair is named
+            failed = [
+                f"{arm} seed {sd}"
+                for sd, b, c in pairs
+                for arm, r in ((base, b), (cand, c))
+                if not math.isfinite(_loss(r.get("test_loss")))
+            ]
             rows.append(
                 {
                     "steps": s,
                     "tokens": s * race["batch_tokens"],
+                    "diverged": failed,
                     "seeds": [sd for sd, _, _ in pairs],
                     "base_test_loss": b_loss,
                     "cand_test_loss": c_loss,
@@ -237,14 +263,19 @@ def analyse(loans: list[dict]) -> dict[str, Any]:
             )
         adjusted = holm([r["test"]["p"] for r in rows if r["test"]])
         it = iter(adjusted)
+        evidence = horizon(race, table)["evidence"]
         for r in rows:
             r["p_holm"] = next(it) if r["test"] else None
-            r["verdict"] = verdict_word(len(r["seeds"]), r["test"], r["p_holm"])
+            r["verdict"] = verdict_word(
+                len(r["seeds"]), r["test"], r["p_holm"], evidence=evidence, diverged=r["diverged"]
+            )
         arms_out[cand] = {"budgets": rows, "speedup": _speedup(race, base, cand, table, seeds, steps)}
     return {
         "race": race,
         "corpus": ref["corpus"],
         "rates": rates,
+        "tuning_screen": tuning_screen(race, rates, runs(loans, "tune")),
+        "speed": speed(loans, race),
         "baseline": base,
         "arms": arms_out,
         "seeds": seeds,
@@ -255,6 +286,62 @@ def analyse(loans: list[dict]) -> dict[str, Any]:
         "revisions": sorted({str(x.get("revision")) for x in loans}),
         "curves": {f"{k[0]}|{k[1]}|{k[2]}": v.get("curve", []) for k, v in table.items()},
     }
+
+
+def tuning_screen(race: dict, rates: dict, tune_runs: list[dict]) -> dict[str, Any]:
+    """The tuning seed's full runs at each arm's chosen rate: a one-seed tuned comparison (issue 45: what the first
+    loan already answers). Its rates were chosen on these very runs' validation loss, so it is a screen, never a
+    reported number; the test loss of the same runs is given beside it."""
+    base = race["arms"][0]
+    chosen = {}
+    for r in tune_runs:
+        lr = rates.get(r["arm"], {}).get("lr")
+        if r["seed"] == race["tuning_seed"] and r["steps"] == race["steps"] and lr is not None:
+            if math.isclose(float(r["lr"]), lr, rel_tol=1e-9):
+                chosen[r["arm"]] = r
+    out: dict[str, Any] = {"seed": race["tuning_seed"], "baseline": base, "arms": {}}
+    for arm, r in chosen.items():
+        out["arms"][arm] = {"lr": r["lr"], "val_loss": _loss(r.get("val_loss")), "test_loss": _loss(r.get("test_loss"))}
+    if base in chosen:
+        for arm, row in out["arms"].items():
+            if arm != base and rates[arm]["finished"] and rates[base]["finished"]:
+                row["val_diff"] = row["val_loss"] - out["arms"][base]["val_loss"]
+                row["test_diff"] = row["test_loss"] - out["arms"][base]["test_loss"]
+    return out
+
+
+def speed(loans: list[dict], race: dict) -> dict[str, Any]:
+    """Each arm's training step at the race's shape, from the race runs themselves (median over its runs, per GPU),
+    its MFU against the datasheet's dense bf16 peak and the loan's measured peak, and each arm's step against the
+    baseline's measured in the same loans."""
+    per: dict[tuple[str, str], list[dict]] = {}
+    for loan in loans:
+        gpu = (loan.get("env") or {}).get("gpu") or (loan.get("versions") or {}).get("gpu") or "unknown"
+        measured_peak = 1e12 * float((loan.get("env") or {}).get("bf16_matmul_tflops") or 0)
+        for piece in loan.get("pieces", []):
+            if piece["stage"] not in ("tune", "seed"):
+                continue
+            for r in piece.get("runs", []):
+                if r.get("step_time") and r.get("status") in ("finished", "diverged"):
+                    per.setdefault((gpu, r["arm"]), []).append({**r, "loan": loan["loan"], "peak": measured_peak})
+    out: dict[str, Any] = {}
+    base = race["arms"][0]
+    for (gpu, arm), rs in sorted(per.items()):
+        times = sorted(r["step_time"] for r in rs)
+        med = times[len(times) // 2]
+        flops_s = rs[0].get("flops_per_token", 0) * race["batch_tokens"] / med
+        peak = max(r["peak"] for r in rs)
+        row = {"runs": len(rs), "step_time": med, "train_tflops": flops_s / 1e12}
+        sheet = [r.get("mfu_datasheet") for r in rs if r.get("mfu_datasheet")]
+        if sheet:
+            row["mfu_datasheet"] = sorted(sheet)[len(sheet) // 2]
+        if peak:
+            row["mfu_measured_peak"] = flops_s / peak
+        if (gpu, base) in per and arm != base:
+            bt = sorted(r["step_time"] for r in per[(gpu, base)])
+            row["vs_baseline"] = med / bt[len(bt) // 2]
+        out.setdefault(gpu, {})[arm] = row
+    return out
 
 
 def _speedup(race, base, cand, table, seeds, steps) -> dict[str, Any]:
@@ -311,7 +398,7 @@ def render(a: dict[str, Any]) -> str:
     race, hz = a["race"], a["horizon"]
     m = race["model"]
     out = [
-        "# The GPU race: anGPT against GPT+, seed by seed (issue 37)",
+        "# The GPU race: anGPT against GPT+, seed by seed (issues 37, 45)",
         "",
         f"- loans: {', '.join(a['loans'])}; revisions: {', '.join(a['revisions'])}",
         f"- shape: `{race['preset']}` with {', '.join(f'{k}={v}' for k, v in m.items())}, context {race['seq_len']}, "
@@ -340,6 +427,7 @@ def render(a: dict[str, Any]) -> str:
         else:
             status = f"to run: {', '.join(f'{x:g}' for x in r['todo'])}" if r["todo"] else "no finite loss"
         out.append(f"| {arm} | {grid} | {_f(r['lr'], 'g')} | {status} |")
+    out += _render_tuning_screen(a)
     for cand, e in a["arms"].items():
         out += [
             "",
@@ -375,6 +463,7 @@ def render(a: dict[str, Any]) -> str:
             f"docs/protocol.md: level needs the interval inside +-{LEVEL_MARGIN} nats, established a Holm p < {ALPHA}, "
             "and fewer than three seeds is a screen"
         )
+    out += _render_speed(a)
     if a["stale"]:
         out += ["", "Left out (run at a rate no longer chosen):"]
         out += [
@@ -383,6 +472,56 @@ def render(a: dict[str, Any]) -> str:
     if a["warnings"]:
         out += ["", "Warnings:", *[f"- {w}" for w in a["warnings"]]]
     return "\n".join(out) + "\n"
+
+
+def _render_tuning_screen(a: dict[str, Any]) -> list[str]:
+    ts = a.get("tuning_screen") or {}
+    rows = ts.get("arms") or {}
+    if not rows:
+        return []
+    out = [
+        "",
+        f"## The tuning seed at the chosen rates (seed {ts['seed']}): a one-seed screen",
+        "",
+        "Each arm's full run at the rate its validation loss chose, on the tuning seed: a tuned comparison of one "
+        "seed, whose rates were chosen on these same runs. A screen, not a reported number.",
+        "",
+        f"| arm | lr | final val loss | - {ts['baseline']} | final test loss | - {ts['baseline']} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, r in rows.items():
+        out.append(
+            f"| {arm} | {r['lr']:g} | {_f(r['val_loss'])} | {_f(r.get('val_diff'), '+.4f')} | {_f(r['test_loss'])} "
+            f"| {_f(r.get('test_diff'), '+.4f')} |"
+        )
+    return out
+
+
+def _render_speed(a: dict[str, Any]) -> list[str]:
+    sp = a.get("speed") or {}
+    if not sp:
+        return []
+    out = [
+        "",
+        "## Step time at the race's shape (the race runs themselves; medians over runs)",
+        "",
+        "MFU: model FLOPs (6 N + 12 L T d per token) per second over the datasheet's dense bf16 peak (989 TFLOP/s on "
+        "an H100 or H200), and over the bf16 matmul peak the loan measured.",
+        "",
+        f"| GPU | arm | runs | s/step | vs {a['baseline']} | TFLOP/s | of datasheet | of measured peak |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for gpu, arms in sp.items():
+        for arm, r in arms.items():
+            out.append(
+                f"| {gpu} | {arm} | {r['runs']} | {r['step_time']:.4f} | {_f(r.get('vs_baseline'), '.3f')} | "
+                f"{r['train_tflops']:.0f} | {_pct(r.get('mfu_datasheet'))} | {_pct(r.get('mfu_measured_peak'))} |"
+            )
+    return out
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def plot(a: dict[str, Any], path: Path) -> bool:

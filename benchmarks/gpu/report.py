@@ -97,14 +97,19 @@ def _pieces(d: dict) -> list[str]:
             "",
             "### Race runs (tune: on the tuning seed, selection by validation loss; seed: reported, test loss)",
             "",
-            "| stage | arm | lr | seed | steps | status | final val loss | final test loss | s/step | seconds |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "MFU over the datasheet's dense bf16 peak; epochs: how often the run read the training data; first "
+            "window: what the first steps took beyond their share (an arm's compiling, on its first run of the loan).",
+            "",
+            "| stage | arm | lr | seed | steps | status | final val loss | final test loss | s/step | MFU | epochs "
+            "| first window | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for stage, r in race:
             out.append(
-                f"| {stage} | {r['arm']} | {r['lr']:g} | {r['seed']} | {r['steps']} | {r.get('status')} | "
+                f"| {stage} | {r['arm']} | {r['lr']:g} | {r['seed']} | {r['steps']} | {_live(r.get('status'))} | "
                 f"{_f(r.get('val_loss'))} | {_f(r.get('test_loss'))} | {_f(r.get('step_time'), '.3g')} | "
-                f"{_f(r.get('seconds'), '.0f')} |"
+                f"{_f(r.get('mfu_datasheet'), '.1%')} | {_f(r.get('epochs'), '.2f')} | "
+                f"{_f(r.get('first_window_extra_s'), '.1f')} | {_f(r.get('seconds'), '.0f')} |"
             )
     return [*out, ""]
 
@@ -126,12 +131,13 @@ def _speed(speed: list | None, env: dict | None = None) -> list[str]:
     if not speed:
         return [*out, "not reached", ""]
     peak, sheet = peaks(env)
-    if peak:
+    if peak or sheet:
         out += [
-            f"MFU: model FLOPs per second (6 N + 12 L T d per token) over the bf16 matmul peak measured in the "
-            f"environment step ({peak / 1e12:.0f} TFLOP/s, 8192-size matmuls)"
-            + (f", and over the datasheet's dense bf16 peak ({sheet / 1e12:.0f} TFLOP/s), the convention of "
-               "nanochat's and most published MFU" if sheet else "") + ".",
+            "MFU: model FLOPs per second (6 N + 12 L T d per token)"
+            + (f" over the datasheet's dense bf16 peak ({sheet / 1e12:.0f} TFLOP/s), the convention of nanochat's "
+               "and most published MFU" if sheet else "")
+            + (f"; beside it over the bf16 matmul peak measured in the environment step ({peak / 1e12:.0f} TFLOP/s, "
+               "8192-size matmuls)" if peak else "") + ".",
             "",
         ]  # fmt: skip
     for shape in speed:
@@ -143,14 +149,15 @@ def _speed(speed: list | None, env: dict | None = None) -> list[str]:
         if not rows:
             out += [shape.get("traceback", "").strip().replace("\n", " / ")[-400:], ""]
             continue
-        cols = ["arm", "params", "train ms", "vs GPT+", "tokens/s", "train TFLOP/s", "of measured matmul peak"]
-        cols += ["of datasheet peak"] * bool(sheet) + ["infer ms", "vs GPT+"]
+        cols = ["arm", "params", "train ms", "vs GPT+", "tokens/s", "train TFLOP/s"]
+        cols += ["of datasheet peak"] * bool(sheet) + ["of measured matmul peak", "infer ms", "vs GPT+"]
         out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         tokens = shape["batch"] * shape["seq_len"]
         for r in rows:
             cells = [r["arch"], f"{r['params'] / 1e6:.0f}M", f"{r['train_ms']:.1f}", f"{r['train_ratio']:.3f}"]
             cells += [f"{tokens / r['train_ms'] * 1e3:,.0f}", f"{r['train_flops'] / 1e12:.0f}"]
-            cells += [f"{100 * mfu(r, peak):.0f}%"] + ([f"{100 * r['train_flops'] / sheet:.0f}%"] if sheet else [])
+            cells += [f"{100 * r['train_flops'] / sheet:.0f}%"] if sheet else []
+            cells += [f"{100 * mfu(r, peak):.0f}%"]
             cells += [f"{r['infer_ms']:.1f}", f"{r['infer_ratio']:.3f}"]
             out.append("| " + " | ".join(cells) + " |")
         out += ["", *[f"- {line}" for line in targets(shape, env)], *_constraint_line(rows), ""]
@@ -184,7 +191,7 @@ def mfu(row: dict, peak: float) -> float:
 
 
 # Issue 37's speed targets: benchmarks, not tests; a miss is reported plainly, with the loan's profiler tables.
-MFU_TARGET = 0.40  # GPT+ compiled at gpt2-small (nanochat reports ~41% at its d12 size)
+MFU_TARGET = 0.40  # GPT+ compiled at gpt2-small, of the datasheet's peak (nanochat reports ~41% at its d12 size)
 RATIO_TARGETS = {"angpt": 1.00, "ngpt": 1.05}  # training step against GPT+'s (the paper: 1.0275x and 1.096x)
 
 
@@ -194,13 +201,16 @@ def targets(shape: dict, env: dict | None = None) -> list[str]:
     out = []
     if BASELINE in by and shape["preset"] == "gpt2-small" and shape.get("compile"):
         peak, sheet = peaks(env)
-        got = mfu(by[BASELINE], peak)
-        met = "met" if got >= MFU_TARGET else "**missed**"
-        also = f"; {by[BASELINE]['train_flops'] / sheet:.0%} of the datasheet's, nanochat's convention" if sheet else ""
-        out.append(
-            f"GPT+ compiled at gpt2-small: {got:.0%} of the measured bf16 matmul peak "
-            f"(target >= {MFU_TARGET:.0%}): {met}{also}"
-        )
+        measured = mfu(by[BASELINE], peak)
+        if sheet:
+            got = by[BASELINE]["train_flops"] / sheet
+            met = "met" if got >= MFU_TARGET else "**missed**"
+            out.append(
+                f"GPT+ compiled at gpt2-small: {got:.0%} of the datasheet's dense bf16 peak, nanochat's convention "
+                f"(target >= {MFU_TARGET:.0%}): {met}; {measured:.0%} of the measured bf16 matmul peak"
+            )
+        else:
+            out.append(f"GPT+ compiled at gpt2-small: {measured:.0%} of the measured bf16 matmul peak (no datasheet)")
     for arch, target in RATIO_TARGETS.items():
         if arch in by and BASELINE in by:
             ratio = by[arch]["train_ms"] / by[BASELINE]["train_ms"]
