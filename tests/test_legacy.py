@@ -1,10 +1,12 @@
-"""What earlier versions wrote still loads, resumes and renders as it did (issue 38: nothing a user has on disk
-breaks with a restructuring).
+"""What earlier versions wrote still loads, resumes and renders as it did (issues 38 and 46: nothing a user has on
+disk breaks with a restructuring).
 
 tests/fixtures/legacy-2026-11-26 was written by the code before the study engine, the start of a run and the
-registry were restructured (tests/fixtures/make_legacy.py; its revision is in expected.json): a comparison store, a
-scaling ladder store, a stopped run's checkpoint per architecture and its Hugging Face export. Each test works on a
-copy, with the copy's path written where the fixture recorded its own (@ROOT@).
+registry were restructured (issue 38), tests/fixtures/legacy-2026-11-28 by the code before a run was resolved once
+and built in one place (issue 46) (tests/fixtures/make_legacy.py; each revision is in its expected.json): a
+comparison store, a scaling ladder store, a stopped run's checkpoint per architecture, and in the first its Hugging
+Face export, in the second each paper recipe's dry run. Each test works on a copy, with the copy's path written
+where the fixture recorded its own (@ROOT@).
 """
 
 import json
@@ -17,17 +19,24 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "legacy-2026-11-26"
-sys.path.insert(0, str(FIXTURE.parent))
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SETS = ["legacy-2026-11-26", "legacy-2026-11-28"]
+FIXTURE = FIXTURES / SETS[0]  # the one with Hugging Face exports
+sys.path.insert(0, str(FIXTURES))
 import make_legacy  # noqa: E402
 
 SLUGS = {"gpt+": "gptplus", "angpt": "angpt", "ngpt": "ngpt"}
 
 
+@pytest.fixture(scope="module", params=SETS)
+def fixture_set(request):
+    return FIXTURES / request.param
+
+
 @pytest.fixture(scope="module")
-def legacy(tmp_path_factory):
+def legacy(tmp_path_factory, fixture_set):
     root = tmp_path_factory.mktemp("legacy") / "fx"
-    shutil.copytree(FIXTURE, root)
+    shutil.copytree(fixture_set, root)
     for path in root.rglob("*"):
         if path.suffix in (".json", ".md", ".jsonl") and path.is_file():
             text = path.read_text()
@@ -37,13 +46,13 @@ def legacy(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected():
-    return json.loads((FIXTURE / "expected.json").read_text())["archs"]
+def expected(fixture_set):
+    return json.loads((fixture_set / "expected.json").read_text())["archs"]
 
 
 @pytest.fixture(scope="module")
-def logits():
-    return load_file(str(FIXTURE / "logits.safetensors"))
+def logits(fixture_set):
+    return load_file(str(fixture_set / "logits.safetensors"))
 
 
 def _numbers(report: dict) -> dict:
@@ -118,12 +127,38 @@ def test_a_stored_checkpoint_gives_the_same_logits_and_resumes_to_the_same_losse
 
 
 @pytest.mark.parametrize("arch", list(SLUGS))
-def test_a_stored_export_loads_in_transformers_with_the_same_logits(legacy, logits, arch):
+def test_a_stored_export_loads_in_transformers_with_the_same_logits(arch):
     from transformers import AutoModelForCausalLM
 
     slug = SLUGS[arch]
-    hf = AutoModelForCausalLM.from_pretrained(legacy / "export" / slug, trust_remote_code=True).eval()
+    logits = load_file(str(FIXTURE / "logits.safetensors"))
+    hf = AutoModelForCausalLM.from_pretrained(FIXTURE / "export" / slug, trust_remote_code=True).eval()
     with torch.no_grad():
         got = hf(input_ids=logits["input"]).logits
     torch.testing.assert_close(got, logits[f"{slug}.export_logits"], rtol=0, atol=1e-6)
     torch.testing.assert_close(got, logits[f"{slug}.logits"], rtol=0, atol=1e-4)  # the export is the model
+
+
+def _dry_run_lines(text: str) -> list[str]:
+    """A dry run's lines that do not depend on the machine: all but the time line, the machine's memory beside the
+    estimate, and the warnings that compare the estimate with this machine's memory."""
+    out = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("time ") or "warning: estimated" in line:
+            continue
+        out.append(line.split("   (cpu:")[0].split("   (cuda")[0].rstrip())
+    return out
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (FIXTURES / SETS[1] / "dryrun").glob("*.txt")))
+def test_each_paper_recipes_dry_run_gives_the_same_numbers(recipe, capsys):
+    """The dry run of each paper recipe, as the code before issue 46 printed it: model, parameters, FLOPs, batch,
+    the optimizer with its rate, warm-up and their sources, the memory estimate."""
+    from angpt.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    assert main(["train", "--config", str(repo / "configs" / "paper" / f"{recipe}.yaml"), "--dry-run"]) == 0
+    got = capsys.readouterr()
+    want = (FIXTURES / SETS[1] / "dryrun" / f"{recipe}.txt").read_text()
+    assert _dry_run_lines(got.out + got.err) == _dry_run_lines(want)
+    assert len(_dry_run_lines(want)) >= 10
