@@ -572,7 +572,7 @@ def test_an_interrupted_comparison_holds_every_arm_at_the_budgets_it_finished(cu
 def test_an_interrupted_comparison_leaves_a_partial_report(cut):
     """report.md says PARTIAL at the top, lists every finished run with the final loss its result.json records and
     the others as missing; means, tests and verdicts only where every seed of both arms finished (2Ki here)."""
-    from angpt.study.units import format_lr
+    from angpt.units import format_lr
 
     plan, out, err = cut
     assert "partial report (6 of 8 planned runs finished)" in err
@@ -1053,7 +1053,7 @@ def test_the_estimate_compiles_where_the_runs_compile_and_counts_the_compiling_a
     stand-in whose first call takes 0.5 s."""
     import time as _time
 
-    import angpt.train.step as train_step
+    import angpt.train.setup as train_setup
     from angpt.study import estimate
 
     made = []
@@ -1070,7 +1070,7 @@ def test_the_estimate_compiles_where_the_runs_compile_and_counts_the_compiling_a
 
         return forward
 
-    monkeypatch.setattr(train_step, "compile_for_training", fake_compile)
+    monkeypatch.setattr(train_setup, "compile_for_training", fake_compile)
     base = dict(**{**TINY, "budgets": [32768]}, arms=["gpt+"], seeds=[0], lr_grid=[1])
     eager = make_plan(data_dir, **base)
     compiled = make_plan(data_dir, **base, settings={"train.compile": True})

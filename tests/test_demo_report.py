@@ -10,7 +10,7 @@ from angpt.data import prepare_dataset
 from angpt.study import make_plan, run_comparison
 from angpt.study.comparison.collect import ArmRuns
 from angpt.study.comparison.plots import write_plots
-from angpt.study.units import format_lr
+from angpt.units import format_lr
 
 from .test_compare import TINY
 from .test_data import make_docs, write_source

@@ -3,6 +3,7 @@
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -359,15 +360,23 @@ def test_a_bare_dry_run_plans_this_machine_at_its_measured_rate(capsys, monkeypa
 
 def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
     """measured_cpu_mfu divides the block's counted training FLOPs by its best time and the peak: with the clock
-    stubbed to 1 s a pass, it is flops_per_token(t) x t x sequences / peak, with the run's micro-batch up to four
-    sequences."""
-    from angpt.train import dryrun
+    stubbed to 1 s a step, it is flops_per_token(t) x t x sequences / peak, with the run's micro-batch up to four
+    sequences. The step timed is the run's own (train/setup.py's build): its optimizer and constraint run."""
+    from angpt.train import dryrun, setup
+    from angpt.train.step import TrainStep
 
-    mcfg = make_config("gpt+", "tiny")
-    ticks = iter(range(100))
-    monkeypatch.setattr(dryrun.time, "perf_counter", lambda: float(next(ticks)))
+    mcfg = make_config("angpt", "tiny")
+    ticks = iter(range(1000))
+    monkeypatch.setattr(dryrun, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))  # its clock only
+    steps = []
+    real = TrainStep.update
+    monkeypatch.setattr(TrainStep, "update", lambda self: steps.append(self.optimizer) or real(self))
     one = model_from_config(ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64}))
     t = min(mcfg.context_length, 128)
     for micro_batch, b in ((1, 1), (2, 2), (16, 4)):
-        mfu = dryrun.measured_cpu_mfu(mcfg, 1024, "fp32", peak=1e12, micro_batch=micro_batch)
+        cfg = load_run_config(None, {"arch": "angpt", "preset": "tiny", "train.micro_batch": micro_batch,
+                                     "train.batch_tokens": micro_batch * 64, "train.dtype": "fp32"})  # fmt: skip
+        run = setup.resolve_fresh(cfg, device=torch.device("cpu"))
+        mfu = dryrun.measured_cpu_mfu(run, "fp32", peak=1e12)
         assert mfu == pytest.approx(one.flops_per_token(t) * t * b / 1e12)
+    assert steps and all(getattr(opt, "weight_constraint", None) is not None for opt in steps)

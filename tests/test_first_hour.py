@@ -376,12 +376,16 @@ def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, da
 def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr, capsys):
     """`angpt train --preset gpt2-small` with train.lr unset trains at the rate measured at that size, not the demo
     model's; the run records it, and the dry run says where it came from."""
+    import torch
+
     from angpt.train.config import load_run_config
     from angpt.train.dryrun import format_report, plan_run
     from angpt.train.resume import recipe_used
+    from angpt.train.setup import resolve_fresh
 
     cfg = load_run_config(None, {"arch": arch, "preset": preset, "train.micro_batch": 1})
-    assert cfg.lr == lr
+    run = resolve_fresh(cfg, device=torch.device("cpu"))
+    assert run.lr == lr and run.lr_from == f" (the {arch} recipe's at {preset}; train.lr unset)"
     assert recipe_used(arch, preset, cfg.train)["lr"] == lr
     line = next(x for x in format_report(plan_run(cfg, gpus=1)).splitlines() if x.startswith("  optimizer"))
     assert f"peak lr {lr:g} (the {arch} recipe's at {preset}; train.lr unset)" in line, line
@@ -390,8 +394,10 @@ def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr, capsy
     capsys.readouterr()
     assert main(["info", "--arch", arch, "--preset", preset]) == 0
     assert json.loads(capsys.readouterr().out)["recipe"]["lr"] == lr  # `angpt info` says the same
-    given = load_run_config(None, {"arch": arch, "preset": preset, "train.lr": 5e-3})
-    assert given.lr == 5e-3 and "lr" not in recipe_used(arch, preset, given.train)
+    given = load_run_config(None, {"arch": arch, "preset": preset, "train.lr": 5e-3, "train.micro_batch": 1})
+    assert resolve_fresh(given, device=torch.device("cpu")).lr == 5e-3 and "lr" not in recipe_used(
+        arch, preset, given.train
+    )
 
 
 def test_a_comparison_centres_its_sweep_on_the_rate_of_its_preset(data_dir):

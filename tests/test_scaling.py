@@ -521,7 +521,7 @@ def test_bad_ladders_are_one_line_errors_before_anything_is_written(data_dir, tm
             ["--depths", "1,2,3", "--aspect", "16", "--head-dim", "7", "--budgets", "2048,4096,8192"],
             "--head-dim 7 is odd",
         ),
-        ([*ok, "--arms", "angpt", "--baseline", "gpt+"], "baseline 'gpt+' is not in the ladder's arms"),
+        ([*ok, "--arms", "angpt", "--baseline", "gpt+"], "baseline 'gpt+' is not one of the ladder's arms"),
         ([*ok, "--arms", "gpt+,angpt[d_model=64]"], "sets model.d_model, which the size dial decides"),
         ([*ok, "--arms", "gpt+,bogus"], "unknown architecture or variant 'bogus'"),
         ([*ok, "--set", "model.n_layers=4"], "decided by the size dial"),
@@ -895,7 +895,7 @@ def test_extending_a_ladder_refuses_what_would_change_its_runs(data_dir, tmp_pat
     size left out or changed, another aspect or other seeds are one-line refusals that write nothing."""
     from angpt.study import make_ladder
     from angpt.study.ladder.plan import LADDER_FILE
-    from angpt.study.scaling.run import check_ladder_dir
+    from angpt.study.ladder.run import check_ladder_dir
     from angpt.study.store import write_json
 
     def stored(name, **kw):
@@ -1083,3 +1083,26 @@ def test_a_batch_study_checks_every_batch_sizes_store_before_the_first_trains(da
     assert str(dry.value) == str(real.value) and str(real.value).startswith(want), str(real.value)
     assert not (out / BATCH_FILE).exists()
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing trained, nothing written
+
+
+def test_an_interrupted_study_says_which_kind_and_where(data_dir, tmp_path, monkeypatch, capsys):
+    """The driver names the kind of study it stopped (issue 46: a ladder was told "comparison interrupted"), the
+    plan it stopped in, and how to resume; the plan's partial report is written. Watched failing with the old line."""
+    from angpt.study import driver, make_ladder, make_plan, run_comparison, run_ladder
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "run_plan", stop)
+    ladder = make_ladder(data_dir, depths=[2, 4, 5], **SMALL)
+    with pytest.raises(KeyboardInterrupt):
+        run_ladder(ladder, tmp_path / "ladder", threads=1, progress=False)
+    err = capsys.readouterr().err
+    assert "scaling ladder interrupted at sizes/" in err and "comparison" not in err
+    assert f"re-run the same command to resume ({tmp_path / 'ladder'})" in err
+    plan = make_plan(data_dir, arms=["gpt+"], budgets=[1024], seeds=[0], lr_grid=[1], preset="tiny",
+                     batch_tokens=256, micro_batch=4, eval_batches=1, eval_points=1, dtype="fp32")  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        run_comparison(plan, tmp_path / "compare", threads=1, progress=False)
+    err = capsys.readouterr().err
+    assert f"comparison interrupted: re-run the same command to resume ({tmp_path / 'compare'})" in err

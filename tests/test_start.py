@@ -160,3 +160,28 @@ def test_a_run_started_from_other_weights_resumes_with_or_without_repeating_them
     assert run_cli("--out", out, "--resume", "auto", "--init_from", other) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"which started from {weights}" in err[0], err
+
+
+def test_a_resume_is_compared_with_the_run_its_checkpoint_recorded_as_resolved(stopped, capsys):
+    """Each checkpoint records the run as train/setup.py resolved it (rate, optimizer, warm-up, batch, seed,
+    dtype, model); a resume resolves its own and is refused where one differs. Here the recorded rate is changed
+    where nothing else records it (as a recipe changed since in a way the settings do not show): refused in one
+    line naming it. A longer run resumes, its recipe warm-up recomputed. Watched failing with the check removed."""
+    out, args = stopped
+    copy = out.parent / "resolved-check"
+    shutil.copytree(out, copy)
+    state_path = ckpt.list_checkpoints(copy)[-1] / "state.json"
+    state = json.loads(state_path.read_text())
+    resolved = state["resolved"]
+    assert resolved["arch"] == "gpt+" and resolved["optimizer"] == "adamw" and resolved["warmup_steps"] >= 1
+    assert resolved["lr"] == state["recipe"]["lr"]  # train.lr unset: the recipe's
+    state["resolved"] = {**resolved, "lr": resolved["lr"] * 2}
+    state_path.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert run_cli(*args, "--out", copy, "--resume", "auto") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the run was trained with lr=" in err[0], err
+    longer = out.parent / "resolved-longer"
+    shutil.copytree(out, longer)
+    # train.max_steps 4 -> 40: GPT+'s warm-up (5% of the run, at least a step) moves from 1 to 2 steps with it
+    assert run_cli(*args, "--train.max_steps", "40", "--out", longer, "--resume", "auto", "--train.stop_at", "3") == 0

@@ -31,9 +31,8 @@ from angpt.train.config import load_run_config
 from angpt.train.dist import DistInfo
 from angpt.train.hardware import peak_for_device_name
 from angpt.train.loop import held_out_loss
-from angpt.train.setup import ResolvedRun, build, resolve
-from angpt.train.start import model_config
-from angpt.train.step import resolve_dtype, synchronize
+from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.step import synchronize
 
 
 @dataclass
@@ -89,9 +88,7 @@ class ArmRunner:
         rc = load_run_config(
             None, {**self.overrides, "train.lr": run.lr, "train.seed": run.seed, "train.max_steps": run.steps}
         )
-        mcfg, model_from = model_config(rc, load_meta(rc.data))
-        dtype = resolve_dtype(rc.train.dtype, self.info.device)
-        return resolve(rc, model=mcfg, model_from=model_from, dtype=dtype, device=self.info.device)
+        return resolve_fresh(rc, device=self.info.device, meta=load_meta(rc.data))
 
     def run(
         self,

@@ -5,39 +5,49 @@ and ship them.
 >>> model = angpt.build_model("angpt", "tiny")
 >>> optimizer, scheduler = angpt.make_optimizer(model, lr=4e-3, max_steps=100)
 
-Heavy dependencies (transformers, datasets, matplotlib) are imported only by the functions that need them.
+The names below load on first use: `import angpt` (or `import angpt.data`) imports no model or training code, and
+heavy dependencies (transformers, datasets, matplotlib) are imported only by the functions that need them.
 """
 
 from __future__ import annotations
 
-from angpt.models import (
-    ARCHS,
-    PRESETS,
-    KVCache,
-    ModelConfig,
-    attach_constraints,
-    build_model,
-    describe_constants,
-    fold_for_inference,
-    grow,
-    inspect_norms,
-    make_config,
-)
-from angpt.train.optim import make_optimizer
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ARCHS",
-    "PRESETS",
-    "KVCache",
-    "ModelConfig",
-    "attach_constraints",
-    "build_model",
-    "describe_constants",
-    "fold_for_inference",
-    "grow",
-    "inspect_norms",
-    "make_config",
-    "make_optimizer",
-]
+# name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys(
+        (
+            "ARCHS",
+            "PRESETS",
+            "KVCache",
+            "ModelConfig",
+            "attach_constraints",
+            "build_model",
+            "describe_constants",
+            "fold_for_inference",
+            "grow",
+            "inspect_norms",
+            "make_config",
+        ),
+        "angpt.models",
+    ),
+    "make_optimizer": "angpt.train.optim",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'angpt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

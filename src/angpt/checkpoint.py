@@ -64,6 +64,7 @@ _STATE_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": (str,),
     "world_size": (int,),
     "compute_dtype": (str,),
+    "resolved": (dict,),
 }
 
 
@@ -86,6 +87,7 @@ class RunState:
     data_identity: dict[str, Any] | None = None  # tokenizer hash and data fingerprint, checked on resume
     compute_dtype: str | None = None  # "bf16" or "fp32": a run computes in one dtype for life
     recipe: dict[str, Any] | None = None  # the optimizer recipe's values the run took (train/resume.recipe_used)
+    resolved: dict[str, Any] | None = None  # the run as train/setup.py resolved it: a resume is compared with it
     best_val_loss: float | None = None
     best_step: int | None = None
     run_id: str | None = None

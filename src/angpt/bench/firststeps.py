@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from angpt.models import build_model, inspect_norms, registry
-from angpt.train.optim import make_optimizer
-from angpt.train.step import Batch, TrainStep, autocast, compile_for_training, synchronize
+from angpt.models import inspect_norms, make_config, registry
+from angpt.train.config import load_run_config
+from angpt.train.dist import DistInfo
+from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.step import Batch, autocast, synchronize
 
 # The issue-22 stability criteria: after step 5 the training loss never exceeds 1.3x its running minimum, and no
 # pre-clip gradient norm exceeds 100x the run's median.
@@ -136,6 +138,24 @@ def _side(side_batches: Callable[[int], list[torch.Tensor]] | None, arm: str, de
     return batches
 
 
+def _resolved(arm, preset, lr, max_steps, batch_tokens, accum, dtype, seed, compile, device, model) -> ResolvedRun:
+    """`arm`'s run as `angpt train` resolves it, at rate `lr` over a `max_steps` schedule, `accum` micro-batches a
+    step. The caller feeds the batches: the geometry stands at the model's context (the step reads its batches as
+    they come), with the micro-batch that makes `batch_tokens`."""
+    from angpt.study.arms import parse_arm
+
+    parsed = parse_arm(arm)
+    T = make_config(parsed.arch, preset, **{**model, **parsed.model}).context_length
+    micro = max(1, batch_tokens // (accum * T))
+    overrides = {
+        "arch": parsed.arch, "preset": preset, **{f"model.{k}": v for k, v in {**model, **parsed.model}.items()},
+        **{f"train.{k}": v for k, v in parsed.train.items()}, "train.lr": lr, "train.max_steps": max_steps,
+        "train.seq_len": T, "train.micro_batch": micro, "train.batch_tokens": micro * accum * T,
+        "train.dtype": dtype, "train.seed": seed, "train.compile": compile,
+    }  # fmt: skip
+    return resolve_fresh(load_run_config(None, overrides), device=device)
+
+
 def first_steps(
     arm: str,
     preset: str,
@@ -174,18 +194,10 @@ def first_steps(
     The architecture's hook runs before every step as in the trainer (``nu_att: calibrated`` measures there, on
     `side_batches(n)`: n training token-id batches apart from `next_batch`'s stream); its note goes in the record.
     """
-    from angpt.study.arms import parse_arm
-
     dev = torch.device(device)
-    parsed = parse_arm(arm)
-    torch.manual_seed(seed)
-    net = build_model(parsed.arch, preset, **{**model, **parsed.model}).to(dev)
-    train = dict(parsed.train)
-    betas = (train.pop("beta1", 0.9), train.pop("beta2", 0.95))
-    grad_clip = train.pop("grad_clip", 1.0)
-    opt, sched = make_optimizer(net, parsed.arch, lr=lr, max_steps=max_steps or steps, betas=betas, **train)
-    forward = compile_for_training(net, opt, fresh=True) if compile else None
-    step_fn = TrainStep(net, opt, sched, device=dev, dtype=dtype, accum=accum, grad_clip=grad_clip, forward=forward)
+    resolved = _resolved(arm, preset, lr, max_steps or steps, batch_tokens, accum, dtype, seed, compile, dev, model)
+    built = build(resolved, DistInfo(device=dev))
+    net, sched, step_fn = built.base, built.scheduler, built.step
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)
     before_step, side = registry.of(net).before_step, _side(side_batches, arm, dev)

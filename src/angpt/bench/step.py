@@ -21,9 +21,11 @@ from torch import nn
 from angpt.errors import UserError
 from angpt.models import apply_constraints, build_model, fold_for_inference, make_config, registry
 from angpt.models.layers import cross_entropy
+from angpt.train.config import load_run_config
+from angpt.train.dist import DistInfo
 from angpt.train.hardware import keep_freed_memory, matmul_peak
-from angpt.train.optim import make_optimizer
-from angpt.train.step import TrainStep, autocast, compile_for_training, synchronize
+from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.step import autocast, synchronize
 
 
 @dataclass
@@ -70,16 +72,37 @@ class Qwen3Peer(nn.Module):
 PEERS = {"qwen3": Qwen3Peer}
 
 
-def build_arm(arm: str, preset: str) -> tuple[str, nn.Module]:
-    """(label, model) of a bench arm: a peer, or NAME[key=value,...] as `angpt compare` writes arms."""
+def bench_run(
+    arm: str,
+    preset: str,
+    batch_size: int,
+    seq_len: int | None,
+    dtype: str,
+    compile: bool,
+    seed: int,
+    fused_loss: bool,
+    device: torch.device,
+) -> tuple[str, nn.Module | None, ResolvedRun]:
+    """(label, peer model or None, the resolved run) of a bench arm: NAME[key=value,...] as `angpt compare` writes
+    arms, or a peer (its model, and GPT+'s run at its shape: GPT+'s optimizer recipe). One batch of `batch_size`
+    sequences a step, at a rate that keeps the weights trainable for every repetition."""
     from angpt.study.arms import parse_arm
 
     if arm in PEERS:
-        return arm, PEERS[arm](preset)
-    parsed = parse_arm(arm)
-    if parsed.train:
-        raise UserError(f"bench arm {arm!r}: train settings do not change a step's cost; give model keys only")
-    return parsed.label, build_model(parsed.arch, preset, **parsed.model)
+        label, arch, model_keys, peer = arm, registry.BASELINE, {}, PEERS[arm](preset)
+    else:
+        parsed = parse_arm(arm)
+        if parsed.train:
+            raise UserError(f"bench arm {arm!r}: train settings do not change a step's cost; give model keys only")
+        label, arch, model_keys, peer = parsed.label, parsed.arch, parsed.model, None
+    T = seq_len or make_config(arch, preset, **model_keys).context_length
+    overrides = {
+        "arch": arch, "preset": preset, **{f"model.{k}": v for k, v in model_keys.items()},
+        "train.seq_len": T, "train.micro_batch": batch_size, "train.batch_tokens": batch_size * T,
+        "train.lr": 1e-4, "train.max_steps": 10_000, "train.dtype": dtype, "train.compile": compile,
+        "train.seed": seed, "train.fused_loss": fused_loss,
+    }  # fmt: skip
+    return label, peer, resolve_fresh(load_run_config(None, overrides), device=device)
 
 
 @contextlib.contextmanager
@@ -125,17 +148,19 @@ def bench_step(
     with _dynamo_room(compile, len(archs)):
         runs = []
         for name in archs:
+            # the step `angpt train` builds (train/setup.py); a peer is built as GPT+'s run with its own model
             torch.manual_seed(seed)
-            arch, model = build_arm(name, preset)
-            model = model.to(dev)
-            model.fused_loss = fused_loss  # our models' training loss, as train.fused_loss sets it (peers ignore it)
-            T = seq_len or model.config.context_length
-            opt, sched = make_optimizer(model, model.config.arch, lr=1e-4, max_steps=10_000)
-            infer = fold_for_inference(model).to(dev)
+            arch, peer, run = bench_run(name, preset, batch_size, seq_len, dtype, compile, seed, fused_loss, dev)
+            if peer is not None:
+                peer = peer.to(dev)
             # dynamic=False: several models share forward code objects, and Dynamo would otherwise take the second
             # model's call for a shape change and recompile the first with dynamic-shape kernels (3x slower on CPU).
-            compiled = compile_for_training(model, opt, dynamic=False) if compile else model
-            step = TrainStep(model, opt, sched, device=dev, dtype=dtype, forward=compiled)
+            built = build(
+                run, DistInfo(device=dev), model=peer, reinit=False, fresh_compile=False,
+                compile_options={"dynamic": False},
+            )  # fmt: skip
+            model, step, T = built.base, built.step, run.seq_len
+            infer = fold_for_inference(model).to(dev)
             infer_fn = torch.compile(infer, dynamic=False) if compile else infer
             x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)
             runs.append((arch, model, step, infer_fn, x))

@@ -3,9 +3,10 @@
 The engine (this folder): arms and plans (arms.py, plan.py: which runs exist and what each computes), the run
 store (store.py: folders, records, locks), execution (execute.py, worker.py, jobs.py, progress.py), sweeps and
 selection (sweep.py), reading a store without training (stored.py), statistics (stats.py), estimates
-(estimate.py), provenance (machine.py), the model-size dial (dial.py) and the one driver (driver.py). The kinds of
-study, each its plan, analysis and rendering over that engine: comparison/ (`angpt compare`), ladder/ and batch/
-(`angpt scaling`; scaling/ runs them and joins them in one folder, one report and one command line).
+(estimate.py), provenance (machine.py), the model-size dial (dial.py), the flags every study shares (flags.py) and
+the one driver (driver.py: a study's plans in turn, each a unit with its report). The kinds of study, each its plan,
+run, analysis and rendering over that engine: comparison/ (`angpt compare`), ladder/ and batch/ (`angpt scaling`;
+scaling/ joins them in one folder, one report and one command line).
 
 Importing this package is light: the names below load their module when first used.
 """
@@ -17,14 +18,16 @@ from typing import Any
 
 _FACE = {
     "angpt.study.arms": ("Arm", "parse_arm", "parse_settings", "split_arms"),
-    "angpt.study.units": ("format_tokens", "parse_tokens"),
+    "angpt.units": ("format_tokens", "parse_tokens"),
     "angpt.study.plan": ("DEFAULT_LR_GRID", "Plan", "PlanOptions", "make_plan"),
     "angpt.study.execute": ("StudyInterrupted",),
     "angpt.study.stats": ("paired_ttest", "speedups", "tokens_to_reach", "welch_ttest"),
-    "angpt.study.comparison.run": ("Report", "rewrite_report", "run_comparison"),
+    "angpt.study.driver": ("Report",),
+    "angpt.study.comparison.run": ("rewrite_report", "run_comparison"),
     "angpt.study.ladder.plan": ("Ladder", "Size", "make_ladder"),
+    "angpt.study.ladder.run": ("LadderRun", "run_ladder"),
     "angpt.study.batch.plan": ("BatchStudy", "make_batch_study"),
-    "angpt.study.scaling.run": ("LadderRun", "run_ladder", "run_batch_study"),
+    "angpt.study.batch.run": ("run_batch_study",),
     "angpt.study.scaling.report": ("write_scaling_report",),
 }
 _WHERE = {name: module for module, names in _FACE.items() for name in names}

@@ -228,3 +228,29 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
         else:
             raise UserError(f"--set {item!r}: key must be model.KEY or train.KEY")
     return out
+
+
+def parse_arms(arms: list[str | Arm] | None, default: list[str]) -> list[Arm]:
+    """A study's arms, parsed (`default` where none are given); a one-line UserError for none at all."""
+    parsed = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else default)]
+    if not parsed:
+        raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
+    return parsed
+
+
+def check_arms(arms: list[Arm], baseline: str | None, where: str = "the arms") -> str:
+    """The baseline of a study's `arms` (gpt+ where it is one, else the first), after the checks every kind of
+    study makes: labels given once, directory names that do not clash, a baseline among the arms (`where` names
+    them in the message)."""
+    labels = [a.label for a in arms]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise UserError(f"arm {dup[0]!r} is given twice; give repeated arms distinct labels (LABEL=NAME[...])")
+    slugs = [a.slug for a in arms]
+    if len(set(slugs)) != len(slugs):
+        raise UserError(f"arm labels {labels} map to clashing directory names; choose other labels")
+    if baseline is None:
+        baseline = registry.BASELINE if registry.BASELINE in labels else labels[0]
+    if baseline not in labels:
+        raise UserError(f"baseline {baseline!r} is not one of {where} ({', '.join(labels)}); add it to --arms")
+    return baseline

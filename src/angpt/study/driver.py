@@ -52,11 +52,92 @@ class Unit:
     locked: bool = False  # its folder is the study's own, locked already
 
 
+@dataclass
+class Report:
+    """What one plan of a study did (a comparison is one; a ladder has one a size): for a dry run the plan and
+    estimate, else the measures and files of its report."""
+
+    report_dir: Path
+    plan: Plan
+    dry_run: bool
+    sweeps: Sweeps = field(default_factory=dict)  # arm label -> budget -> its sweep there
+    data: dict[str, Any] = field(default_factory=dict)  # the content of report.json
+    files: dict[str, Path] = field(default_factory=dict)
+    trained: list[RunSpec] = field(default_factory=list)  # runs trained by this call (finished ones are skipped)
+    estimate: Any = None  # a dry run's estimate (angpt.study.comparison.estimate.DryRun)
+    horizon: dict[str, Any] | None = None  # horizon.Horizon.to_dict(): is this evidence or a smoke test?
+    jobs_measurement: dict[str, Any] | None = None  # what --jobs auto measured
+
+    @property
+    def verdicts(self) -> list[str]:
+        return list(self.data.get("verdicts", []))
+
+    @property
+    def arms(self) -> dict[str, Any]:
+        """Per-arm measures (final losses, bpb, improvement, p-values, speedup, step time, sweep)."""
+        return dict(self.data.get("arms", {}))
+
+
+def plan_unit(
+    plan: Plan,
+    folder: Path,
+    *,
+    command: str,
+    jobs: int,
+    threads: int,
+    horizon: dict[str, Any] | None = None,
+    measured: dict[str, Any] | None = None,
+    sample: str | None = None,
+    sample_tokens: int = 80,
+    before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
+    locked: bool = False,
+    done: Callable[[Report], None] | None = None,
+) -> Unit:
+    """A plan as a unit of any study, with the report of its runs (angpt.study.comparison.report: a comparison's,
+    each size's of a ladder, each batch's): report.md, report.json and plots in `folder` once its runs are done, a
+    PARTIAL one when interrupted. `done` receives the Report."""
+    from angpt.study.comparison.horizon import horizon as plan_horizon
+
+    kw: dict[str, Any] = {"command": command, "jobs": jobs, "threads": threads, "jobs_measurement": measured}
+    kw |= {"horizon": horizon or plan_horizon(plan).to_dict(), "sample": sample, "sample_tokens": sample_tokens}
+
+    def report(executed: Executed) -> Report:
+        from angpt.study.comparison.report import write_report
+
+        data, files = write_report(plan, folder, executed.sweeps, executed.records, **kw)
+        result = Report(folder, plan, False, executed.sweeps, data, files, executed.trained, None,
+                        kw["horizon"], measured)  # fmt: skip
+        if done is not None:
+            done(result)
+        return result
+
+    return Unit(plan, folder, command, report, lambda: write_partial(plan, folder, **kw), before_main, locked)
+
+
+def write_partial(plan: Plan, report_dir: Path, **kw: Any) -> None:
+    """The report of an interrupted comparison, from what its store holds (PARTIAL unless every run finished).
+
+    It only reads the runs and writes the report's own files; a failure costs one warning line and leaves the
+    interruption (its exit code) to stand.
+    """
+    from angpt.study.comparison.report import write_stored_report
+
+    try:
+        _, files, stored = write_stored_report(report_dir, plan, **kw)
+    except Exception as e:  # noqa: BLE001 - the interruption, not its report, decides how the command ends
+        print(f"warning: no partial report written ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    what = "report" if stored.complete else "partial report"
+    print(
+        f"{what} ({stored.finished} of {len(stored.runs)} planned runs finished): {files['report.md']}", file=sys.stderr
+    )
+
+
 class Study(Protocol):
     """What a kind of study supplies to the driver."""
 
     verb: str  # the command that holds the folder's lock ("angpt compare", "angpt scaling")
-    interrupted: str | None  # the study's own interruption message (None: its single plan's says it all)
+    kind: str  # what it is, in the messages: "comparison", "scaling ladder", "batch-size study"
 
     def jobs(self, jobs: int | str, threads: int | None) -> tuple[int, int]:
         """The jobs and threads to run with (the kind may measure them: ``--jobs auto``)."""
@@ -99,13 +180,13 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, study.verb):
         study.begin(out)
-        try:
-            for unit in study.units(out):
+        for unit in study.units(out):
+            try:
                 run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress)
-        except KeyboardInterrupt:
-            if study.interrupted:
-                print(f"{study.interrupted}: re-run the same command to resume ({out})", file=sys.stderr)
-            raise
+            except KeyboardInterrupt:
+                where = f" at {unit.folder.relative_to(out)}" if unit.folder != out else ""
+                print(f"{study.kind} interrupted{where}: re-run the same command to resume ({out})", file=sys.stderr)
+                raise
         return study.finish(out)
 
 
@@ -127,7 +208,6 @@ def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool) 
                 sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)
         except KeyboardInterrupt:
             bar.close()
-            print(f"comparison interrupted: re-run the same command to resume ({folder})", file=sys.stderr)
             unit.partial()
             raise
         finally:

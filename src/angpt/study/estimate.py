@@ -19,34 +19,23 @@ def plan_device(plan: Plan):
 
 
 def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
-    """A real training step of `arm` as its runs at the smallest budget take it (the plan's batch, micro-batches,
-    optimizer and constraint, on the plan's data, compiled where its runs compile): returns (step,
-    loader.next_batch); call ``step(next_batch)``. ``step.forward is not step.model`` when it compiles."""
-    import torch
-
-    from angpt.data import TokenLoader, load_meta
-    from angpt.models import model_from_config
-    from angpt.train.config import load_run_config, resolve_model_config
+    """A real training step of `arm` as its runs at the smallest budget take it: the run of the plan's smallest
+    budget, resolved and built as `angpt train` builds it (train/setup.py: batch, micro-batches, optimizer and
+    constraint, on the plan's data, compiled where its runs compile): returns (step, loader.next_batch); call
+    ``step(next_batch)``. ``step.forward is not step.model`` when it compiles."""
+    from angpt.data import load_meta
+    from angpt.train.config import load_run_config
+    from angpt.train.dist import DistInfo
     from angpt.train.hardware import keep_freed_memory
-    from angpt.train.optim import make_optimizer
-    from angpt.train.step import TrainStep, compile_for_training, resolve_compile, resolve_dtype
+    from angpt.train.setup import build, resolve_fresh
 
     cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
-    mcfg = resolve_model_config(cfg, meta if meta is not None else load_meta(plan.data))
-    torch.manual_seed(0)
-    model = model_from_config(mcfg).to(device)
-    model.fused_loss = cfg.train.fused_loss  # as the trainer sets up its model ...
+    cfg.out = None  # a fresh run: no folder to read
+    run = resolve_fresh(cfg, device=device, meta=meta if meta is not None else load_meta(plan.data))
     if device.type == "cpu":
-        keep_freed_memory()  # ... and its process
-    opt, sched = make_optimizer(model, cfg.arch, cfg.lr, max_steps=100, warmup_steps=0)
-    loader = TokenLoader(plan.data, "train", plan.micro_batch, plan.seq_len, seed=0)
-    accum = plan.batch_tokens // (plan.seq_len * plan.micro_batch)
-    compiled = resolve_compile(cfg.train.compile, device)  # as the trainer resolves it (auto: on CUDA GPUs)
-    forward = compile_for_training(model, opt, fresh=True) if compiled else model
-    step = TrainStep(
-        model, opt, sched, device=device, dtype=resolve_dtype(plan.dtype, device), accum=accum, forward=forward
-    )
-    return step, loader.next_batch
+        keep_freed_memory()  # as the trainer sets up its process
+    built = build(run, DistInfo(device=device))
+    return built.step, built.loader.next_batch
 
 
 def measure_step_times(plan: Plan, threads: int, steps: int = 3) -> tuple[dict[str, float], dict[str, float]]:

@@ -17,8 +17,17 @@ from typing import Any
 
 from angpt.errors import ConfigError, UserError
 from angpt.models import registry
-from angpt.study.arms import DEFAULT_ARMS, Arm, Setting, parse_arm, parse_settings, retuned, warmup_steps
-from angpt.study.units import format_lr, format_tokens, parse_tokens, round_lr
+from angpt.study.arms import (
+    DEFAULT_ARMS,
+    Arm,
+    Setting,
+    check_arms,
+    parse_arms,
+    parse_settings,
+    retuned,
+    warmup_steps,
+)
+from angpt.units import format_lr, format_tokens, parse_tokens, round_lr
 
 DEFAULT_LR_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
 STATS = ("paired", "welch")  # the test that leads the verdict (both are reported)
@@ -343,9 +352,7 @@ def make_plan(
     from angpt.models.config import PRESETS
     from angpt.models.registry import make_config
 
-    arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else DEFAULT_ARMS)]
-    if not arm_objs:
-        raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
+    arm_objs = parse_arms(arms, DEFAULT_ARMS)
     for label in retune or []:
         match = [a for a in arm_objs if a.label == label]
         if not match:
@@ -354,16 +361,7 @@ def make_plan(
     if stat not in STATS:
         raise UserError(f"unknown statistic {stat!r}; use one of: {', '.join(STATS)}")
     labels = [a.label for a in arm_objs]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise UserError(f"arm {dup[0]!r} is given twice; give repeated arms distinct labels (LABEL=NAME[...])")
-    slugs = [a.slug for a in arm_objs]
-    if len(set(slugs)) != len(slugs):
-        raise UserError(f"arm labels {labels} map to clashing directory names; choose other labels")
-    if baseline is None:
-        baseline = registry.BASELINE if registry.BASELINE in labels else labels[0]
-    if baseline not in labels:
-        raise UserError(f"baseline {baseline!r} is not one of the arms ({', '.join(labels)}); add it to --arms")
+    baseline = check_arms(arm_objs, baseline)
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
 

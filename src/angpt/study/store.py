@@ -24,7 +24,7 @@ from angpt.lock import DirLock
 from angpt.study.arms import Setting, format_setting
 from angpt.study.plan import EXTENDABLE, Plan
 from angpt.study.stats import loss_spikes, median
-from angpt.study.units import format_lr, format_tokens
+from angpt.units import format_lr, format_tokens
 
 RESULT_FILE = "result.json"
 PLAN_FILE = "plan.json"

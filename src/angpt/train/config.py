@@ -189,10 +189,6 @@ class RunConfig:
                 raise ConfigError(f"{existing}{where} is a file; --out must be a directory (new or a run's)")
         self.train.validate()
 
-    @property
-    def lr(self) -> float:
-        return self.train.lr if self.train.lr is not None else registry.get(self.arch).recipe.lr_for(self.preset)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -10,19 +10,22 @@ estimates and their sources are documented in docs/recipes.md#what-a-dry-run-est
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from angpt import units
 from angpt.errors import ConfigError
 from angpt.models import ModelConfig, describe_constants, model_from_config, registry
 from angpt.models.base import LanguageModel
 from angpt.train import start
-from angpt.train.config import RunConfig, check_batch_geometry
+from angpt.train.config import RunConfig
+from angpt.train.dist import DistInfo
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
-from angpt.train.resume import rate_source
+from angpt.train.setup import ResolvedRun, build, resolve
 from angpt.train.step import resolve_dtype
 
 GPU_CHOICES = (*ACCELERATORS, "cpu")
@@ -127,16 +130,16 @@ def plan_run(
         raise ConfigError(f"--dry-run-gpu {gpu!r} is not known; use one of: {', '.join(GPU_CHOICES)}") from None
     cfg.validate()
     tc = cfg.train
-    mcfg, vocab_from = _model_config(cfg)
-    T = tc.seq_len or mcfg.context_length
-    if T > mcfg.context_length:
-        raise ConfigError(f"train.seq_len={T} exceeds the model's context length {mcfg.context_length}")
+    decided = _start(cfg)
+    mcfg, vocab_from = decided.model, decided.model_from
     try:
-        accum = check_batch_geometry(tc.batch_tokens, T, tc.micro_batch, gpus)
+        run = resolve(cfg, decided, device=torch.device("cpu"), world_size=gpus)
     except ConfigError as e:
+        T = tc.seq_len or mcfg.context_length
         fits = [n for n in range(gpus, 0, -1) if (tc.batch_tokens // T) % (tc.micro_batch * n) == 0]
         hint = f", or plan for --dry-run-gpus {fits[0]}" if fits and not tc.batch_tokens % T else ""
-        raise ConfigError(f"{e} (for --dry-run-gpus {gpus}){hint}") from None
+        raise ConfigError(f"{e} (for --dry-run-gpus {gpus}){hint}" if "batch_tokens" in str(e) else str(e)) from None
+    T, accum = run.seq_len, run.accum
 
     describe_constants(mcfg)  # computes (and caches) any Monte Carlo constants on the CPU: meta tensors hold no values
     with torch.device("meta"):
@@ -150,7 +153,7 @@ def plan_run(
         )
         device = Accelerator("cpu", measured[dtype], cpu_memory(), source)
         if mfu is None:
-            mfu, mfu_source = measured_cpu_mfu(mcfg, T, dtype, device.peak_flops, tc.micro_batch), MEASURED
+            mfu, mfu_source = measured_cpu_mfu(run, dtype, device.peak_flops), MEASURED
     else:
         dtype = "fp32" if tc.dtype == "fp32" else "bf16"
     if mfu is None:
@@ -183,7 +186,7 @@ def plan_run(
         warning=None,
         checkpointing=tc.activation_checkpointing,
         fused_loss=tc.fused_loss,
-        optimizer=_optimizer_summary(cfg),
+        optimizer=_optimizer_summary(run),
     )
     report.warning = _fit_advice(report, model)
     return report
@@ -195,62 +198,51 @@ MEASURED = "measured on one block of this model on this CPU"
 PROBE_SEQUENCES = 4
 
 
-def measured_cpu_mfu(
-    mcfg: ModelConfig,
-    seq_len: int,
-    dtype: str,
-    peak: float,
-    micro_batch: int = PROBE_SEQUENCES,
-    reps: int = 3,
-    budget_s: float = 0.5,
-) -> float:
-    """The MFU this CPU reaches on the run's own shapes: one layer of the model (its width, heads and MLP; a
-    64-token vocabulary, so the embedding and head cost nothing), forward and backward over up to
-    ``PROBE_SEQUENCES`` of the run's sequences of up to 128 tokens, the best pass after a warm-up (at least `reps`,
-    and more until `budget_s` has passed, at most 50: a busy machine's best pass is still near its quiet one),
-    against the measured matmul `peak`. A block, not the whole model, so that planning a 1B run takes a second; the
-    head's large matmul runs nearer the peak, and the optimizer step adds its own time
+def measured_cpu_mfu(run: ResolvedRun, dtype: str, peak: float, reps: int = 3, budget_s: float = 0.5) -> float:
+    """The MFU this CPU reaches on the run's own shapes: the run's training step (train/setup.py's, its optimizer
+    and weight constraint included) on one layer of the model (its width, heads and MLP; a 64-token vocabulary, so
+    the embedding and head cost nothing), over up to ``PROBE_SEQUENCES`` of the run's sequences of up to 128
+    tokens, the best step after a warm-up (at least `reps`, and more until `budget_s` has passed, at most 50: a busy
+    machine's best is still near its quiet one), against the measured matmul `peak`. A block, not the whole model,
+    so that planning a 1B run takes a second; the head's large matmul runs nearer the peak
     (docs/recipes.md#what-a-dry-run-estimates)."""
-    one = ModelConfig.from_dict({**mcfg.to_dict(), "n_layers": 1, "vocab_size": 64})
-    model = model_from_config(one)
-    t, b = min(seq_len, one.context_length, 128), max(1, min(micro_batch, PROBE_SEQUENCES))
+    one = ModelConfig.from_dict({**run.model.to_dict(), "n_layers": 1, "vocab_size": 64})
+    t, b = min(run.seq_len, one.context_length, 128), max(1, min(run.micro_batch, PROBE_SEQUENCES))
+    probe = dataclasses.replace(
+        run, model=one, seq_len=t, micro_batch=b, batch_tokens=b * t, accum=1, world_size=1, dtype=dtype,
+        compile=False, data=None, activation_checkpointing=False,
+    )  # fmt: skip
+    built = build(probe, DistInfo())
     x = torch.randint(0, 64, (b, t + 1), generator=torch.Generator().manual_seed(0))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
-    best, start, passes = float("inf"), time.perf_counter(), 0
-    while passes <= reps or (time.perf_counter() - start < budget_s and passes < 50):
+    best, start_t, passes = float("inf"), time.perf_counter(), 0
+    while passes <= reps or (time.perf_counter() - start_t < budget_s and passes < 50):
         t0 = time.perf_counter()
-        with autocast:
-            loss = model(x[:, :-1], x[:, 1:])[1]
-        loss.backward()
-        if passes:  # the first pass is the warm-up
+        built.step(lambda: (x[:, :-1], x[:, 1:]))
+        if passes:  # the first step is the warm-up
             best = min(best, time.perf_counter() - t0)
         passes += 1
-    return min(1.0, model.flops_per_token(t) * t * b / best / peak)
+    return min(1.0, built.flops_per_token * t * b / best / peak)
 
 
-def _optimizer_summary(cfg: RunConfig) -> str:
+def _optimizer_summary(run: ResolvedRun) -> str:
     """E.g. `adam, peak lr 0.002 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
-    tc, recipe = cfg.train, registry.get(cfg.arch).recipe
-    source = rate_source(cfg)[1]
-    warmup = recipe.warmup_steps(tc.max_steps) if tc.warmup_steps is None else tc.warmup_steps
-    decay = f"{tc.schedule} to {tc.min_lr_ratio:g}x"
-    wd = recipe.weight_decay if tc.weight_decay is None else tc.weight_decay
-    optimizer = f"adamw (weight decay {wd:g})" if recipe.optimizer == "adamw" else recipe.optimizer
-    return f"{optimizer}, peak lr {cfg.lr:g}{source}, " + (
-        f"{warmup:,} warm-up steps, {decay}" if warmup else f"no warm-up, {decay}"
+    decay = f"{run.schedule} to {run.min_lr_ratio:g}x"
+    optimizer = f"adamw (weight decay {run.weight_decay:g})" if run.optimizer == "adamw" else run.optimizer
+    return f"{optimizer}, peak lr {run.lr:g}{run.lr_from}, " + (
+        f"{run.warmup_steps:,} warm-up steps, {decay}" if run.warmup_steps else f"no warm-up, {decay}"
     )
 
 
-def _model_config(cfg: RunConfig) -> tuple[ModelConfig, str]:
-    """The model `angpt train` would build, by the trainer's own decision (train/start.py), reading the run folder
-    without touching it: a resume's or init_from's checkpoint settles it there as it would in the run."""
+def _start(cfg: RunConfig) -> start.Start:
+    """How `angpt train` would start this run, by the trainer's own decision (train/start.py), reading the run folder
+    without touching it: a resume's or init_from's checkpoint settles the model, dtype and recipe there as it would
+    in the run."""
     meta = identity = None
     if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
         from angpt.data import data_identity, load_meta
 
         meta, identity = load_meta(cfg.data), data_identity(cfg.data)
-    decided = start.decide(cfg, meta, torch.device("cpu"), identity, clean=False, report=False)
-    return decided.model, decided.model_from
+    return start.decide(cfg, meta, torch.device("cpu"), identity, clean=False, report=False)
 
 
 # ------------------------------------------------------------------------------------------------- memory
@@ -392,22 +384,11 @@ def format_report(r: DryRunReport) -> str:
 
 def si(n: float) -> str:
     """A count with a suffix, 4 significant digits: `125.9M`, `3.072k` (the start-up summary speaks the same)."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.4g}{unit}"
-    return f"{n:g}"
+    return units.si(n, digits=4, giga="B", kilo="k")
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-def duration(seconds: float) -> str:
-    """A duration in the unit a reader plans with: `40 s`, `12 min`, `3.5 h`, `4.2 days`."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+duration = units.duration

@@ -43,7 +43,7 @@ from angpt.train.dist import (
 from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resumed_rate, rate_source
+from angpt.train.resume import check_resumed_rate
 from angpt.train.setup import build, resolve
 from angpt.train.signals import StopSignals
 from angpt.train.step import autocast, check_compute, synchronize
@@ -130,19 +130,7 @@ class Trainer:
             self.start.run_id,
         )
         check_compatible(self.meta, self.mcfg.vocab_size)
-        if tc.seq_len and tc.seq_len > self.mcfg.context_length:
-            raise ConfigError(
-                f"train.seq_len={tc.seq_len} exceeds the model's context length {self.mcfg.context_length}"
-            )
-        self.run_spec = resolve(
-            cfg,
-            model=self.mcfg,
-            model_from=self.start.model_from,
-            dtype=self.dtype,
-            device=info.device,
-            world_size=info.world_size,
-            recipe=self.recipe,
-        )
+        self.run_spec = resolve(cfg, self.start, device=info.device, world_size=info.world_size)
         self.T, self.compile = self.run_spec.seq_len, self.run_spec.compile
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         if tc.deterministic:
@@ -187,7 +175,7 @@ class Trainer:
         ckpt.check_fits(self.base, model_sd, str(where))
         trainer = ckpt.load_trainer_state(where, state=recorded) if resume else None
         if trainer is not None:
-            check_resumed_rate(where, trainer["scheduler"], self.cfg)
+            check_resumed_rate(where, trainer["scheduler"], self.run_spec)
         load_full_state(self.model, self.opt if resume else None, model_sd, trainer["optimizer"] if trainer else None)
         if trainer is None:
             return
@@ -207,8 +195,7 @@ class Trainer:
             device += f" ({torch.cuda.get_device_name(info.device)})"
         if info.world_size > 1:
             device += f" x {info.world_size} processes"
-        resumed = self.start.state.recipe if self.start.mode == start.RESUME and self.start.state else None
-        lr, lr_from = rate_source(self.cfg, resumed)
+        lr, lr_from = self.run_spec.lr, self.run_spec.lr_from
         has_embed = getattr(self.base, "embed", None) is not None
         return RunSummary(
             arch=self.cfg.arch,
@@ -341,7 +328,7 @@ class Trainer:
         return ResidualWatch(spec.residual_bound, self._side_batches(1)[0][:1], self.dtype, remedy)
 
     def _halve_lr(self) -> str:
-        return f"halve the learning rate (train.lr={self.cfg.lr / 2:g}; this run's is {self.cfg.lr:g})"
+        return f"halve the learning rate (train.lr={self.run_spec.lr / 2:g}; this run's is {self.run_spec.lr:g})"
 
     def _remedy(self) -> str:
         """What to change after a divergence: a rate and a warm-up to try, beside the run's own."""
@@ -380,6 +367,7 @@ class Trainer:
             data_identity=self.data_identity,
             compute_dtype=self.dtype,
             recipe=self.recipe,
+            resolved=self.run_spec.to_dict(),
             best_val_loss=self.best_val if math.isfinite(self.best_val) else None,
             best_step=self.best_step,
         )

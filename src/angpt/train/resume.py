@@ -78,11 +78,48 @@ def _recipe_value(
     return value, ""
 
 
-def rate_source(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> tuple[float, str]:
-    """The peak rate a run of `cfg` trains at and where it comes from, as ` (the ARCH recipe's ...; train.lr unset)`,
-    or "" where train.lr sets it; `recorded` is a resumed run's recipe record (the rate it started with). The dry run,
-    the start-up summary and a refused resume say it the same way."""
-    return _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset, registry.get(cfg.arch).recipe, recorded)
+# The fields of a resolved run (train/setup.py's ResolvedRun) that a resume must keep: what the optimisation and the
+# data stream are. max_steps may change (the schedule is recomputed), and so may what only steers the process.
+RESOLVED_FIXED = (
+    "arch",
+    "model",
+    "lr",
+    "optimizer",
+    "weight_decay",
+    "warmup_steps",
+    "min_lr_ratio",
+    "schedule",
+    "decay_fraction",
+    "decay_shape",
+    "betas",
+    "grad_clip",
+    "batch_tokens",
+    "micro_batch",
+    "seq_len",
+    "seed",
+    "dtype",
+)
+
+
+def check_resolved(path: Any, recorded: dict[str, Any], run: Any) -> None:
+    """Raise UserError when the run a checkpoint recorded as resolved (`recorded`, ResolvedRun.to_dict(), since
+    2026-11-28) differs from the run now resolved (`run`) in a field the optimisation depends on; a warm-up that a
+    changed max_steps moves (the recipe's fraction of the run) is the one change allowed."""
+    now = run.to_dict()
+    recorded = {**recorded, "model": _resolved(recorded.get("model"))}  # model fields added since: their defaults
+    for key in RESOLVED_FIXED:
+        if key not in recorded or recorded[key] == now[key]:
+            continue
+        if key == "warmup_steps" and now["warmup_from"] and recorded.get("max_steps") != now["max_steps"]:
+            continue  # the recipe's fraction of a longer (or shorter) run: as the schedule, recomputed
+        was, got = recorded[key], now[key]
+        if key == "model":
+            diff = [k for k in got if was.get(k) != got[k]]
+            was, got = {k: was.get(k) for k in diff[:3]}, {k: got[k] for k in diff[:3]}
+        raise UserError(
+            f"cannot resume {path}: the run was trained with {key}={was!r}, this one would train with {got!r}; "
+            "resume with the run's own settings, or start a new run (--out)"
+        )
 
 
 def model_difference(saved: Any, mcfg: ModelConfig) -> str | None:
@@ -173,17 +210,17 @@ def check_resume(
     return notes
 
 
-def check_resumed_rate(path: str | Path, scheduler_state: dict[str, Any], cfg: Any) -> None:
-    """Raise UserError when the peak rate in checkpoint `path`'s scheduler state differs from the one `cfg` trains
-    at. Loading that state restores its rate, so a run that predates the recipe record (check_resume falls back to
-    today's recipe there) would otherwise go on at its old rate while this run records the new one."""
+def check_resumed_rate(path: str | Path, scheduler_state: dict[str, Any], run: Any) -> None:
+    """Raise UserError when the peak rate in checkpoint `path`'s scheduler state differs from the one `run` (the
+    resolved run, train/setup.py) trains at. Loading that state restores its rate, so a run that predates the recipe
+    record (check_resume falls back to today's recipe there) would otherwise go on at its old rate while this run
+    records the new one."""
     was = (scheduler_state.get("base_lrs") or [None])[0]
-    if was is None or math.isclose(was, cfg.lr, rel_tol=1e-9):
+    if was is None or math.isclose(was, run.lr, rel_tol=1e-9):
         return
-    how = _recipe_value("lr", cfg.train.lr, cfg.arch, cfg.preset, registry.get(cfg.arch).recipe)[1]
     raise UserError(
-        f"cannot resume {path} with train.lr={cfg.lr!r}{how}: the run was trained with {was!r} (its optimizer's "
-        f"schedule); pass --train.lr {was} to resume it as it was trained, or start a new run (--out)"
+        f"cannot resume {path} with train.lr={run.lr!r}{run.lr_from}: the run was trained with {was!r} (its "
+        f"optimizer's schedule); pass --train.lr {was} to resume it as it was trained, or start a new run (--out)"
     )
 
 

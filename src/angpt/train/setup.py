@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from angpt.errors import ConfigError
 from angpt.models import ModelConfig, model_from_config, registry, unwrap
 from angpt.train.config import RunConfig, check_batch_geometry
 from angpt.train.dist import DistInfo, parallelize
 from angpt.train.optim import make_optimizer
+from angpt.train.resume import check_resolved
 from angpt.train.step import TrainStep, compile_for_training, resolve_compile
+
+if TYPE_CHECKING:
+    from angpt.train.start import Start
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class ResolvedRun:
     model: ModelConfig
     model_from: str
     lr: float
-    lr_from: str
+    lr_from: str  # "" where train.lr sets it, else " (the ARCH recipe's at PRESET; train.lr unset)" and the like
     optimizer: str  # adamw | adam
     weight_decay: float
     weight_decay_from: str
@@ -70,49 +75,48 @@ class ResolvedRun:
         return out
 
 
-def resolve(
-    cfg: RunConfig,
-    *,
-    model: ModelConfig,
-    model_from: str,
-    dtype: str,
-    device: torch.device,
-    world_size: int = 1,
-    recipe: dict[str, Any] | None = None,
-) -> ResolvedRun:
-    """The run `cfg` describes, on `device` with `world_size` ranks, building `model` (the start's: train/start.py)
-    and computing in `dtype` (resolved: a resumed run keeps its own). `recipe` is the optimizer recipe's record the
-    run keeps (a resumed run's own); None takes today's. One-line ConfigErrors for a batch that does not divide."""
-    tc = cfg.train
+def resolve(cfg: RunConfig, start: Start, *, device: torch.device, world_size: int = 1) -> ResolvedRun:
+    """The run `cfg` describes as its `start` (train/start.py: fresh, resume or init_from) decided it, on `device`
+    with `world_size` ranks: the start's model, dtype and recipe record (a resumed run keeps its own), the recipe's
+    rate, weight decay and warm-up where train.* leaves them unset, with the words that say where each comes from
+    (the start-up summary, the dry run and a refused resume print them). The one place that reads the recipe's
+    rate. One-line ConfigErrors for a context longer than the model's and a batch that does not divide."""
+    tc, model = cfg.train, start.model
     spec = registry.get(cfg.arch).recipe
-    recipe = dict(recipe) if recipe is not None else spec.used(cfg.preset, tc)
+    recipe = dict(start.recipe)
+    recorded = start.mode == "resume" and start.state is not None and bool(start.state.recipe)
     seq_len = tc.seq_len or model.context_length
+    if seq_len > model.context_length:
+        raise ConfigError(f"train.seq_len={seq_len} exceeds the model's context length {model.context_length}")
     accum = check_batch_geometry(tc.batch_tokens, seq_len, tc.micro_batch, world_size)
 
-    def recipe_value(key: str, given: Any, default: Any) -> tuple[Any, str]:
+    def recipe_value(key: str, given: Any) -> tuple[Any, str]:
+        """(the value, where it comes from): "" where train.KEY sets it."""
         if given is not None:
-            return given, f" (train.{key})"
-        if key in recipe:
-            return recipe[key], f" (the {cfg.arch} recipe's at {cfg.preset}; train.{key} unset)"
-        return default, f" (the {cfg.arch} recipe's at {cfg.preset}; train.{key} unset)"
+            return given, ""
+        if recorded and key in recipe:
+            return recipe[key], f" (the {cfg.arch} recipe's when the run started; train.{key} unset)"
+        return recipe.get(
+            key, spec.default(key, cfg.preset)
+        ), f" (the {cfg.arch} recipe's at {cfg.preset}; train.{key} unset)"
 
-    lr, lr_from = recipe_value("lr", tc.lr, spec.lr_for(cfg.preset))
-    wd, wd_from = recipe_value("weight_decay", tc.weight_decay, spec.weight_decay)
+    lr, lr_from = recipe_value("lr", tc.lr)
+    wd, wd_from = recipe_value("weight_decay", tc.weight_decay)
     optimizer = recipe.get("optimizer", spec.optimizer)
     if optimizer == "adam":
         wd, wd_from = 0.0, f" (the {cfg.arch} recipe's Adam decays nothing)"
     if tc.warmup_steps is not None:
-        warmup, warmup_from = tc.warmup_steps, " (train.warmup_steps)"
+        warmup, warmup_from = tc.warmup_steps, ""
     else:
         fraction = recipe.get("warmup_fraction", spec.warmup_fraction)
         cap = recipe.get("warmup_cap", spec.warmup_cap)
         warmup = dataclasses.replace(spec, warmup_fraction=fraction, warmup_cap=cap).warmup_steps(tc.max_steps)
         warmup_from = f" ({fraction:.0%} of the run, at most {cap} steps: the {cfg.arch} recipe's)"
-    return ResolvedRun(
+    run = ResolvedRun(
         arch=cfg.arch,
         preset=cfg.preset,
         model=model,
-        model_from=model_from,
+        model_from=start.model_from,
         lr=float(lr),
         lr_from=lr_from,
         optimizer=optimizer,
@@ -121,7 +125,7 @@ def resolve(
         warmup_steps=int(warmup),
         warmup_from=warmup_from,
         recipe=recipe,
-        dtype=dtype,
+        dtype=start.dtype,
         compile=resolve_compile(tc.compile, device),
         seq_len=seq_len,
         micro_batch=tc.micro_batch,
@@ -140,6 +144,19 @@ def resolve(
         activation_checkpointing=tc.activation_checkpointing,
         data=cfg.data,
     )
+    if start.mode == "resume" and start.state is not None and start.state.resolved:
+        check_resolved(start.checkpoint, start.state.resolved, run)  # the run as it was: what a resume continues
+    return run
+
+
+def resolve_fresh(
+    cfg: RunConfig, *, device: torch.device, world_size: int = 1, meta: dict | None = None
+) -> ResolvedRun:
+    """`cfg` resolved as a fresh run (no run folder read: `cfg.out` None), its vocabulary from the dataset's `meta`
+    where given: what the study's time estimate, the benches and the GPU race build."""
+    from angpt.train.start import decide
+
+    return resolve(cfg, decide(cfg, meta, device, clean=False, report=False), device=device, world_size=world_size)
 
 
 @dataclass
@@ -164,21 +181,24 @@ def build(
     model: nn.Module | None = None,
     forward: Any = None,
     fresh_compile: bool = True,
+    compile_options: dict[str, Any] | None = None,
+    reinit: bool = True,
 ) -> Built:
     """The model, optimizer, scheduler, training step and loader of `run` on `info`'s device and ranks.
 
     A new model is initialised under `run.seed` (on the CPU, then moved: the same weights on every device). With
     `model` (one this function built before, for a run of the same model config), its parameters and buffers are
     set in place to what a new one would hold, and `forward` (its compiled form, if any) is reused: nothing is
-    compiled again. Otherwise a compiled run compiles here (`fresh_compile` resets Dynamo first: one run of many in
-    a process, see compile_for_training)."""
+    compiled again; with `reinit` False the model is taken as it is (a peer implementation the bench times).
+    Otherwise a compiled run compiles here (`fresh_compile` resets Dynamo first: one run of many in a process, see
+    compile_for_training; `compile_options` go to torch.compile)."""
     device = info.device
     if model is None:
         torch.manual_seed(run.seed)
         base = model_from_config(run.model).to(device)
         base.fused_loss = run.fused_loss
         model = parallelize(base, info, dist, dtype=run.dtype, activation_checkpointing=run.activation_checkpointing)
-    else:
+    elif reinit:
         reinitialise(model, run)
     base = unwrap(model)
     optimizer, scheduler = make_optimizer(
@@ -196,7 +216,11 @@ def build(
         optimizer=run.optimizer,
     )
     if forward is None:
-        forward = compile_for_training(model, optimizer, fresh=fresh_compile) if run.compile else model
+        forward = (
+            compile_for_training(model, optimizer, fresh=fresh_compile, **(compile_options or {}))
+            if run.compile
+            else model
+        )
     elif run.compile:
         hook = getattr(optimizer, "weight_constraint", None)
         if hook is not None:  # the new optimizer's constraint: the same projection, compiled once already
@@ -219,7 +243,8 @@ def build(
         forward=forward,
         dist=info,
     )
-    return Built(model, base, optimizer, scheduler, step, loader, forward, base.flops_per_token(run.seq_len))
+    flops = base.flops_per_token(run.seq_len) if hasattr(base, "flops_per_token") else 0.0
+    return Built(model, base, optimizer, scheduler, step, loader, forward, flops)
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from typing import Any
 
 from angpt.study.batch.plan import BATCH_FILE, DEFAULT_TOLERANCE, BatchStudy, batch_dir
 from angpt.study.store import RunSpec
-from angpt.study.units import format_tokens
+from angpt.units import format_tokens
 
 
 def critical_batch(batches: list[int], losses: list[float], tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:

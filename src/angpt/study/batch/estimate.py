@@ -6,7 +6,7 @@ from pathlib import Path
 
 from angpt.study.estimate import estimate_run_seconds, measure_step_times
 from angpt.study.store import load_record
-from angpt.study.units import format_lr, format_tokens, hms
+from angpt.units import format_lr, format_tokens, hms
 
 
 def describe_batch(study, out: Path, *, jobs: int, threads: int, measure: bool = True) -> str:

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from angpt.errors import UserError
-from angpt.models import registry
-from angpt.study.arms import Arm, parse_arm
+from angpt.study.arms import Arm, check_arms, parse_arms
 from angpt.study.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
 from angpt.study.plan import Plan, PlanOptions, make_plan
-from angpt.study.units import format_tokens, parse_tokens
+from angpt.units import format_tokens, parse_tokens
 
 DEFAULT_TOLERANCE = 0.01
 
@@ -109,14 +108,8 @@ def make_batch_study(
     each plan's own.
     """
     opts = PlanOptions.of(options, **option_fields)
-    arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else ["gpt+", "angpt"])]
-    if not arm_objs:
-        raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
-    labels = [a.label for a in arm_objs]
-    if baseline is None:
-        baseline = registry.BASELINE if registry.BASELINE in labels else labels[0]
-    if baseline not in labels:
-        raise UserError(f"baseline {baseline!r} is not in the study's arms ({', '.join(labels)}); add it to --arms")
+    arm_objs = parse_arms(arms, ["gpt+", "angpt"])
+    baseline = check_arms(arm_objs, baseline, "the study's arms")
     sizes = sorted({parse_tokens(b) for b in batch_sizes})
     if len(sizes) < 2:
         raise UserError("a batch-size study needs at least two batch sizes, e.g. --batch-sizes 4Ki,8Ki,16Ki,32Ki")

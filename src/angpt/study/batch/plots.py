@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from angpt.study.units import format_tokens
+from angpt.units import format_tokens
 
 
 def batch_plot(plt, out: Path, b: dict[str, Any]) -> Path:

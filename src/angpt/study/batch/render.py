@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from angpt.study.units import format_lr, format_tokens
+from angpt.units import format_lr, format_tokens
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -24,7 +24,7 @@ from angpt.study.stats import (
     welch_ttest,
 )
 from angpt.study.sweep import Sweeps
-from angpt.study.units import format_lr, format_tokens
+from angpt.units import format_lr, format_tokens
 
 # A chosen LR is flagged unstable when a run's largest pre-clip gradient norm exceeds this multiple of its median
 # (a gradient blow-up the clip hid), or when its training loss spiked (store.SPIKE_FACTOR).

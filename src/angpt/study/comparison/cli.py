@@ -21,55 +21,6 @@ token counts: 4096, 512K, 1M, 2G (powers of 1000) or 64Ki, 1Mi (powers of 1024).
 """
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(t) for t in _csv(text)]
-    except ValueError:
-        raise UserError(f"{what} {text!r} must be comma-separated numbers") from None
-
-
-def _per_arm(text: str, what: str) -> dict[str, str]:
-    """``ARM=VALUE,ARM=VALUE`` where ARM may itself hold ``[k=v,...]``: split on top-level commas, last '='."""
-    from angpt.study.arms import split_arms
-
-    out = {}
-    for item in split_arms(text):
-        label, sep, value = item.rpartition("=")
-        if not sep or not label or not value or (label.count("[") != label.count("]")):
-            raise UserError(f"{what} item {item!r} must look like ARM=VALUE")
-        out[label.strip()] = value.strip()
-    return out
-
-
-def _lr_table(text: str | None) -> dict[str, float]:
-    out = {}
-    for label, value in _per_arm(text or "", "--lr").items():
-        try:
-            out[label] = float(value)
-        except ValueError:
-            raise UserError(f"--lr {label}={value!r}: the learning rate must be a number") from None
-    return out
-
-
-def _lr_values(text: str | None) -> dict[str, list[float]]:
-    out = {}
-    for label, value in _per_arm(text or "", "--lr-values").items():
-        try:
-            out[label] = [float(v) for v in value.split(":") if v.strip()]
-        except ValueError:
-            raise UserError(f"--lr-values {label}={value!r}: use numbers separated by ':'") from None
-    return out
-
-
-def parse_lr_options(lr: str | None, lr_values: str | None) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """`--lr ARM=LR,...` and `--lr-values ARM=LR:LR,...` as compare.make_plan takes them (angpt scaling too)."""
-    return _lr_table(lr), _lr_values(lr_values)
-
-
 def _int(text: str | None, what: str) -> int | None:
     if text is None:
         return None
@@ -82,37 +33,19 @@ def _int(text: str | None, what: str) -> int | None:
 def plan_from_args(args: argparse.Namespace, data=None):
     """The comparison plan the flags describe (`data` overrides --data); every problem is a one-line error."""
     from angpt.study.arms import split_arms
-    from angpt.study.plan import PlanOptions, make_plan
+    from angpt.study.flags import csv, plan_options
+    from angpt.study.plan import make_plan
 
-    if args.budgets is None or not _csv(args.budgets):
+    if args.budgets is None or not csv(args.budgets):
         raise UserError("no token budgets: give --budgets, e.g. --budgets 1Mi,2Mi,4Mi")
-    seeds = [_int(s, "--seeds entry") for s in _csv(args.seeds)]
-    if args.device != "auto":
-        from angpt.train.dist import pick_device
-
-        pick_device(args.device)  # a device this machine lacks fails here, not in every run
-    options = PlanOptions(
-        preset=args.preset,
-        batch_tokens=args.batch_tokens,
-        seq_len=args.seq_len,
-        micro_batch=args.micro_batch,
-        lr_grid=_floats(args.lr_grid, "--lr-grid"),
-        lr=_lr_table(args.lr),
-        lr_values=_lr_values(args.lr_values),
-        max_extensions=args.max_extensions,
-        settings=list(args.set or []),
-        eval_batches=args.eval_batches,
-        eval_points=args.eval_points,
-        dtype=args.dtype,
-        device=args.device,
-    )
+    seeds = [_int(s, "--seeds entry") for s in csv(args.seeds)]
     return make_plan(
         data if data is not None else args.data,
         arms=split_arms(args.arms),
         baseline=args.baseline,
-        budgets=_csv(args.budgets),
+        budgets=csv(args.budgets),
         seeds=seeds,  # type: ignore[arg-type]
-        options=options,
+        options=plan_options(args, batch_tokens=args.batch_tokens),
         extrapolate=args.extrapolate,
         retune=split_arms(args.retune or ""),
         stat=args.stat,

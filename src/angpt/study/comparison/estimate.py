@@ -9,7 +9,7 @@ from angpt.study.arms import Arm
 from angpt.study.estimate import estimate_run_seconds, measure_step_times
 from angpt.study.plan import Plan
 from angpt.study.store import RunSpec, load_record
-from angpt.study.units import format_lr, format_tokens, hms
+from angpt.units import format_lr, format_tokens, hms
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from angpt.study.plan import Plan
-from angpt.study.units import format_tokens
+from angpt.units import format_tokens
 
 MIN_STEPS = 1000
 MIN_TOKENS_PER_PARAM = 10.0

@@ -10,7 +10,7 @@ from angpt.study.comparison.analyse import reported
 from angpt.study.comparison.collect import ArmRuns
 from angpt.study.plan import Plan
 from angpt.study.stats import std
-from angpt.study.units import format_lr, format_tokens
+from angpt.units import format_lr, format_tokens
 
 # A y range wider than this ratio (largest / smallest loss plotted) means an early spike or a diverging start
 # would flatten every other curve: such a plot gets a log y axis.

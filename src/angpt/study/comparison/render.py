@@ -12,7 +12,7 @@ from angpt.study.comparison.horizon import SMOKE
 from angpt.study.comparison.plots import CURVES_NOT_TEST
 from angpt.study.comparison.selection import lr_source, selects
 from angpt.study.plan import Plan
-from angpt.study.units import format_lr, format_tokens
+from angpt.units import format_lr, format_tokens
 
 # Why a small comparison is not evidence even where its horizon is long enough (the paper's runs, Section 4).
 AT_SCALE = "need not survive at the paper's scale (0.5B parameters, 10B+ tokens)"

@@ -12,50 +12,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
 from angpt.study import execute
-from angpt.study.comparison.estimate import DryRun
-from angpt.study.driver import Executed, Unit, plain_jobs, run_study
+from angpt.study.driver import Report, Unit, plain_jobs, plan_unit, run_study
 from angpt.study.plan import Plan
 from angpt.study.store import RunSpec
-from angpt.study.sweep import Runs, Sweeps
-
-
-@dataclass
-class Report:
-    """What :func:`run_comparison` did: for a dry run the plan and estimate, else the measures and files."""
-
-    report_dir: Path
-    plan: Plan
-    dry_run: bool
-    sweeps: Sweeps = field(default_factory=dict)  # arm label -> budget -> its sweep there
-    data: dict[str, Any] = field(default_factory=dict)  # the content of report.json
-    files: dict[str, Path] = field(default_factory=dict)
-    trained: list[RunSpec] = field(default_factory=list)  # runs trained by this call (finished ones are skipped)
-    estimate: DryRun | None = None
-    horizon: dict[str, Any] | None = None  # horizon.Horizon.to_dict(): is this evidence or a smoke test?
-    jobs_measurement: dict[str, Any] | None = None  # what --jobs auto measured
-
-    @property
-    def verdicts(self) -> list[str]:
-        return list(self.data.get("verdicts", []))
-
-    @property
-    def arms(self) -> dict[str, Any]:
-        """Per-arm measures (final losses, bpb, improvement, p-values, speedup, step time, sweep)."""
-        return dict(self.data.get("arms", {}))
+from angpt.study.sweep import Runs
 
 
 class Comparison:
     """The comparison as a kind of study: one plan whose folder is the study's, its horizon, its report."""
 
     verb = "angpt compare"
-    interrupted = None  # its one plan's message says it
+    kind = "comparison"
 
     def __init__(
         self, plan: Plan, *, command: str, strict: bool, sample: str | None, sample_tokens: int, before_main=None
@@ -117,7 +90,7 @@ class Comparison:
             write_json(out / JOBS_FILE, self.measured)
 
     def units(self, out: Path) -> Iterator[Unit]:
-        yield comparison_unit(
+        yield plan_unit(
             self.plan,
             out,
             command=self.command,
@@ -177,61 +150,6 @@ def run_comparison(
         before_main=before_main,
     )
     return run_study(study, report_dir, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
-
-
-def comparison_unit(
-    plan: Plan,
-    folder: Path,
-    *,
-    command: str,
-    jobs: int,
-    threads: int,
-    horizon: dict[str, Any] | None = None,
-    measured: dict[str, Any] | None = None,
-    sample: str | None = None,
-    sample_tokens: int = 80,
-    before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
-    locked: bool = False,
-    done: Callable[[Report], None] | None = None,
-) -> Unit:
-    """A plan as a unit of any study, with the comparison's report of its runs (each size of a ladder has one):
-    report.md, report.json and plots in `folder` once its runs are done, a PARTIAL one when interrupted. `done`
-    receives the Report."""
-    from angpt.study.comparison.horizon import horizon as plan_horizon
-
-    kw: dict[str, Any] = {"command": command, "jobs": jobs, "threads": threads, "jobs_measurement": measured}
-    kw |= {"horizon": horizon or plan_horizon(plan).to_dict(), "sample": sample, "sample_tokens": sample_tokens}
-
-    def report(executed: Executed) -> Report:
-        from angpt.study.comparison.report import write_report
-
-        data, files = write_report(plan, folder, executed.sweeps, executed.records, **kw)
-        result = Report(folder, plan, False, executed.sweeps, data, files, executed.trained, None,
-                        kw["horizon"], measured)  # fmt: skip
-        if done is not None:
-            done(result)
-        return result
-
-    return Unit(plan, folder, command, report, lambda: write_partial(plan, folder, **kw), before_main, locked)
-
-
-def write_partial(plan: Plan, report_dir: Path, **kw: Any) -> None:
-    """The report of an interrupted comparison, from what its store holds (PARTIAL unless every run finished).
-
-    It only reads the runs and writes the report's own files; a failure costs one warning line and leaves the
-    interruption (its exit code) to stand.
-    """
-    from angpt.study.comparison.report import write_stored_report
-
-    try:
-        _, files, stored = write_stored_report(report_dir, plan, **kw)
-    except Exception as e:  # noqa: BLE001 - the interruption, not its report, decides how the command ends
-        print(f"warning: no partial report written ({type(e).__name__}: {e})", file=sys.stderr)
-        return
-    what = "report" if stored.complete else "partial report"
-    print(
-        f"{what} ({stored.finished} of {len(stored.runs)} planned runs finished): {files['report.md']}", file=sys.stderr
-    )
 
 
 def rewrite_report(

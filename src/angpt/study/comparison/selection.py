@@ -11,7 +11,7 @@ from angpt.errors import ConfigError
 from angpt.models import registry
 from angpt.study.arms import Arm
 from angpt.study.plan import Plan
-from angpt.study.units import format_lr, round_lr
+from angpt.units import format_lr, round_lr
 
 
 def selects(plan: Plan) -> bool:

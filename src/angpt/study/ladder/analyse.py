@@ -20,7 +20,7 @@ from angpt.study.ladder.fit import (
     profile_interval,
 )
 from angpt.study.ladder.plan import MIN_BUDGETS, MIN_SIZES, transfer_check
-from angpt.study.units import format_lr
+from angpt.units import format_lr
 
 PARAMS = ("E", "A", "alpha", "B", "beta")
 DERIVED = {"n_exponent": lambda law: law.n_exponent, "d_exponent": lambda law: law.d_exponent}

@@ -14,7 +14,7 @@ from angpt.study.plan import Plan
 from angpt.study.store import check_store, load_record
 from angpt.study.stored import Unfinished, settle_sweeps
 from angpt.study.sweep import main_specs
-from angpt.study.units import format_tokens, hms, si
+from angpt.units import format_tokens, hms, si
 
 
 def _main_cost(

@@ -18,11 +18,11 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.models import registry
-from angpt.study.arms import Arm, parse_arm
+from angpt.study.arms import Arm, check_arms, parse_arms
 from angpt.study.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
 from angpt.study.plan import Plan, PlanOptions, make_plan
 from angpt.study.sweep import SweepResult
-from angpt.study.units import format_tokens, parse_tokens
+from angpt.units import format_tokens, parse_tokens
 
 MIN_SIZES = 3  # a law with two exponents needs at least three sizes and three budgets per size
 MIN_BUDGETS = 3
@@ -295,14 +295,8 @@ def make_ladder(
     are what every size's plan shares.
     """
     opts = PlanOptions.of(options, **option_fields)
-    arm_objs = [a if isinstance(a, Arm) else parse_arm(a) for a in (arms if arms is not None else ["gpt+", "angpt"])]
-    if not arm_objs:
-        raise UserError("no arms: give at least one, e.g. --arms gpt+,angpt")
-    labels = [a.label for a in arm_objs]
-    if baseline is None:
-        baseline = registry.BASELINE if registry.BASELINE in labels else labels[0]
-    if baseline not in labels:
-        raise UserError(f"baseline {baseline!r} is not in the ladder's arms ({', '.join(labels)}); add it to --arms")
+    arm_objs = parse_arms(arms, ["gpt+", "angpt"])
+    baseline = check_arms(arm_objs, baseline, "the ladder's arms")
     compare = opts.stored()
     settings, bt = compare["settings"], compare["batch_tokens"]
     _check_keys(arm_objs, settings)

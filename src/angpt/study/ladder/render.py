@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 from angpt.study.ladder.plan import Ladder
-from angpt.study.units import format_lr, format_tokens
-from angpt.study.units import si as _si
+from angpt.units import format_lr, format_tokens
+from angpt.units import si as _si
 
 
 def _g(x: float | None, digits: int = 3) -> str:

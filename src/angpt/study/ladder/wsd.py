@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from angpt.study.plan import Plan
 from angpt.study.store import RESULT_FILE, RunSpec, read_rows
-from angpt.study.units import format_tokens
+from angpt.units import format_tokens
 
 if TYPE_CHECKING:
     from angpt.study.execute import Runner

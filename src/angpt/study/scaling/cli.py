@@ -8,6 +8,7 @@ import sys
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
+from angpt.study.flags import csv, numbers, plan_options
 
 DESCRIPTION = """\
 Scaling laws per architecture: train every arm at several model sizes (one --depths dial: width = depth x
@@ -24,17 +25,6 @@ reused). See docs/scaling.md.
 """
 
 
-def _csv(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
-
-
-def _numbers(text: str | None, what: str, kind=float) -> list:
-    try:
-        return [kind(t) for t in _csv(text)]
-    except ValueError:
-        raise UserError(f"{what} {text!r} must be comma-separated {'integers' if kind is int else 'numbers'}") from None
-
-
 def _need(args: argparse.Namespace, *names: str) -> None:
     missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) in (None, "")]
     if missing:
@@ -45,35 +35,15 @@ def _common(args: argparse.Namespace) -> dict:
     """What a ladder and a batch-size study share, as make_ladder / make_batch_study keywords: the arms, the dial's
     shape, the seeds, and the options every plan shares (one PlanOptions)."""
     from angpt.study.arms import split_arms
-    from angpt.study.comparison.cli import parse_lr_options
-    from angpt.study.plan import PlanOptions
 
-    if args.device != "auto":
-        from angpt.train.dist import pick_device
-
-        pick_device(args.device)  # a device this machine lacks fails here, not in every run
-    lr, lr_values = parse_lr_options(args.lr, args.lr_values)
-    options = PlanOptions(
-        preset=args.preset,
-        seq_len=args.seq_len,
-        micro_batch=args.micro_batch,
-        lr_grid=_numbers(args.lr_grid, "--lr-grid"),
-        lr=lr,
-        lr_values=lr_values,
-        max_extensions=args.max_extensions,
-        settings=list(args.set or []),
-        eval_batches=args.eval_batches,
-        eval_points=args.eval_points,
-        dtype=args.dtype,
-        device=args.device,
-    )
+    options = plan_options(args)
     return dict(
         arms=split_arms(args.arms),
         baseline=args.baseline,
         aspect=args.aspect,
         head_dim=args.head_dim,
         ffn_mult=args.ffn_mult,
-        seeds=_numbers(args.seeds, "--seeds", int),
+        seeds=numbers(args.seeds, "--seeds", int),
         options=options,
     )
 
@@ -87,10 +57,10 @@ def ladder_from_args(args: argparse.Namespace):
         raise UserError("give the sizes: --depths 2,3,4,5,6 (or --widths)")
     return make_ladder(
         args.data,
-        depths=_numbers(args.depths, "--depths", int) if args.depths is not None else None,
-        widths=_numbers(args.widths, "--widths", int) if args.widths is not None else None,
-        tokens_per_param=_numbers(args.tokens_per_param, "--tokens-per-param") if args.tokens_per_param else None,
-        budgets=_csv(args.budgets) if args.budgets else None,
+        depths=numbers(args.depths, "--depths", int) if args.depths is not None else None,
+        widths=numbers(args.widths, "--widths", int) if args.widths is not None else None,
+        tokens_per_param=numbers(args.tokens_per_param, "--tokens-per-param") if args.tokens_per_param else None,
+        budgets=csv(args.budgets) if args.budgets else None,
         param_count=args.count_params,
         schedule=args.schedule,
         decay_fraction=args.decay_fraction,
@@ -117,7 +87,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         return cmd_fit(args)
     if verb == "batch":
         return cmd_batch(args)
-    from angpt.study.scaling.run import run_ladder
+    from angpt.study.ladder.run import run_ladder
 
     ladder = ladder_from_args(args)
     result = run_ladder(
@@ -155,7 +125,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     data = collect_ladder(args.dir)
     labels = [a.label for a in data.ladder.arms]
-    wanted = _csv(args.arms) or labels
+    wanted = csv(args.arms) or labels
     unknown = [w for w in wanted if w not in labels]
     if unknown:
         raise UserError(f"arm {unknown[0]!r} is not in the ladder in {args.dir} (arms: {', '.join(labels)})")
@@ -181,7 +151,7 @@ def batch_from_args(args: argparse.Namespace):
     return make_batch_study(
         args.data,
         tokens=args.tokens,
-        batch_sizes=_csv(args.batch_sizes),
+        batch_sizes=csv(args.batch_sizes),
         depth=args.depth,
         tolerance=args.tolerance,
         **_common(args),
@@ -189,7 +159,7 @@ def batch_from_args(args: argparse.Namespace):
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from angpt.study.scaling.run import run_batch_study
+    from angpt.study.batch.run import run_batch_study
 
     study = batch_from_args(args)
     text, report, files = run_batch_study(

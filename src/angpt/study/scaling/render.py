@@ -8,7 +8,7 @@ from typing import Any
 from angpt.study.batch.render import render_batch
 from angpt.study.ladder.plan import Ladder
 from angpt.study.ladder.render import render_ladder
-from angpt.study.units import si as _si
+from angpt.units import si as _si
 
 
 def render_provenance(report: dict[str, Any]) -> list[str]:

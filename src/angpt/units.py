@@ -1,4 +1,5 @@
-"""Units a study speaks in: token counts (``1Mi``, ``512K``), learning rates as run folders name them, durations."""
+"""The units every report speaks in, one home for their formatters: token counts (``1Mi``, ``512K``), learning rates
+as run folders name them, durations (``4m05s``, ``12 min``), counts with a suffix (``125.9M``)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,21 @@ def hms(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def si(x: float) -> str:
-    """A count with an SI suffix: ``1.2M``, ``340K``."""
-    for div, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+def si(x: float, digits: int = 3, giga: str = "G", kilo: str = "K") -> str:
+    """A count with a suffix at `digits` significant digits: ``1.2M``, ``340K``; the dry run's parameter counts
+    take four and say billions (``125.9M``, ``1.073B``, ``3.072k``)."""
+    for div, s in ((1e12, "T"), (1e9, giga), (1e6, "M"), (1e3, kilo)):
         if abs(x) >= div:
-            return f"{x / div:.3g}{s}"
-    return f"{x:.3g}"
+            return f"{x / div:.{digits}g}{s}"
+    return f"{x:.{digits}g}"
+
+
+def duration(seconds: float) -> str:
+    """A duration in the unit a reader plans with: `40 s`, `12 min`, `3.5 h`, `4.2 days`."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

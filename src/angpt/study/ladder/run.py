@@ -1,13 +1,12 @@
-"""Running the two scaling kinds through the study driver: a ladder (each size's plan in turn, LR transfer between
-them) and a batch-size study (each batch size's plan), each followed by the scaling report of their folder.
+"""Running a scaling ladder through the study driver: each size's plan in turn (LR transfer between them), then the
+scaling report of its folder.
 
 Layout of OUT:
 
     OUT/scaling.json           the ladder (what a re-run must match, or extend by sizes)
-    OUT/sizes/<size>/          one plan's folder per size: runs, plan.json, its own comparison report
+    OUT/sizes/<size>/          one plan's folder per size: runs, plan.json, its own report
     OUT/lr_check/<size>/       --lr-transfer: the second size's LR sweep, to check the transfer
-    OUT/batch.json, OUT/batch/ the batch-size study: one plan's folder per batch size
-    OUT/report.md, report.json, *.png    the scaling report
+    OUT/report.md, report.json, *.png    the scaling report (angpt.study.scaling.report)
 """
 
 from __future__ import annotations
@@ -20,15 +19,12 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
-from angpt.study.batch.plan import BatchStudy, batch_dir
-from angpt.study.comparison.run import comparison_unit
-from angpt.study.driver import Unit, plain_jobs, run_study
+from angpt.study.driver import Unit, plain_jobs, plan_unit, run_study
 from angpt.study.ladder.collect import check_dir, size_dir, size_plans, transferred_lrs
 from angpt.study.ladder.plan import LADDER_FILE, Ladder, Size
 from angpt.study.plan import Plan
-from angpt.study.scaling.folder import BATCH_FILE, check_study_dir, stored_study
-from angpt.study.store import check_store, refusal, write_json
-from angpt.study.units import format_tokens
+from angpt.study.scaling.folder import stored_study
+from angpt.study.store import refusal, write_json
 
 
 def check_ladder_dir(out: Path, ladder: Ladder) -> list[str] | None:
@@ -87,7 +83,7 @@ class LadderStudy:
     """The scaling ladder as a kind of study: a plan per size, smallest first, in OUT/sizes/<size>."""
 
     verb = "angpt scaling"
-    interrupted = "scaling ladder interrupted"
+    kind = "scaling ladder"
 
     def __init__(self, ladder: Ladder, *, command: str, bootstrap: int, fit_seed: int) -> None:
         self.ladder, self.command, self.bootstrap, self.fit_seed = ladder, command, bootstrap, fit_seed
@@ -128,7 +124,7 @@ class LadderStudy:
             if done is not None:
                 done(report)
 
-        return comparison_unit(plan, folder, command=f"{self.command}  # {note}", jobs=self._jobs,
+        return plan_unit(plan, folder, command=f"{self.command}  # {note}", jobs=self._jobs,
                                threads=self._threads, before_main=hook, done=count)  # fmt: skip
 
     def units(self, out: Path) -> Iterator[Unit]:
@@ -177,60 +173,3 @@ def run_ladder(
     command = command if command is not None else command_line()
     study = LadderStudy(ladder, command=command, bootstrap=bootstrap, fit_seed=fit_seed)
     return run_study(study, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
-
-
-class BatchSizeStudy:
-    """The batch-size study as a kind of study: a plan per batch size, in OUT/batch/<batch>."""
-
-    verb = "angpt scaling"
-    interrupted = "batch-size study interrupted"
-
-    def __init__(self, study: BatchStudy, *, command: str) -> None:
-        self.study, self.command = study, command
-
-    def jobs(self, jobs: int | str, threads: int | None) -> tuple[int, int]:
-        self._jobs, self._threads = plain_jobs(jobs, threads)
-        return self._jobs, self._threads
-
-    def check(self, out: Path) -> None:
-        self.exists = check_study_dir(out, BATCH_FILE, self.study.identity(), "batch-size study")
-        for b in self.study.batch_sizes:  # every store before the first trains (each is checked again on reaching it)
-            check_store(self.study.plan_for(b), batch_dir(out, b))
-
-    def dry_run(self, out: Path, jobs: int, threads: int) -> tuple[str, dict[str, Any], dict[str, Path]]:
-        from angpt.study.batch.estimate import describe_batch
-
-        return describe_batch(self.study, out, jobs=jobs, threads=threads), {}, {}
-
-    def begin(self, out: Path) -> None:
-        if not self.exists:
-            write_json(out / BATCH_FILE, self.study.to_dict())
-
-    def units(self, out: Path) -> Iterator[Unit]:
-        for b in self.study.batch_sizes:
-            command = f"{self.command}  # batch {format_tokens(b)}"
-            yield comparison_unit(self.study.plan_for(b), batch_dir(out, b), command=command, jobs=self._jobs,
-                                  threads=self._threads)  # fmt: skip
-
-    def finish(self, out: Path) -> tuple[str, dict[str, Any], dict[str, Path]]:
-        from angpt.study.scaling.report import write_scaling_report
-
-        report, files = write_scaling_report(out, command=self.command)
-        return "", report, files
-
-
-def run_batch_study(
-    study: BatchStudy,
-    out: str | Path,
-    *,
-    jobs: int = 1,
-    threads: int | None = None,
-    dry_run: bool = False,
-    progress: bool = True,
-    command: str | None = None,
-) -> tuple[str, dict[str, Any], dict[str, Path]]:
-    """Run (or resume) every batch size's plan, then rewrite the scaling report in `out`.
-
-    Returns (dry-run text or "", the report, its files). `dry_run` writes nothing."""
-    kind = BatchSizeStudy(study, command=command if command is not None else command_line())
-    return run_study(kind, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
