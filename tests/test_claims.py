@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from angpt.study.stats import holm
+from angpt.stats import holm
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = yaml.safe_load((ROOT / "benchmarks" / "claims.yaml").read_text())

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from angpt.errors import ConfigError, UserError
+from angpt.stats import betainc, t_sf_two_sided
 from angpt.study import (
     make_plan,
     parse_arm,
@@ -27,7 +28,6 @@ from angpt.study import (
     welch_ttest,
 )
 from angpt.study.comparison.cli import add_compare_parser
-from angpt.study.stats import betainc, t_sf_two_sided
 from angpt.study.store import read_rows
 from angpt.study.sweep import main_specs, run_plan, run_sweeps
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from angpt.stats import loss_spikes, t_quantile
 from angpt.study import make_plan, paired_ttest, welch_ttest
 from angpt.study.comparison.analyse import analyse, verdict, warnings
 from angpt.study.comparison.collect import ArmRuns
 from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM, Horizon, count_params
 from angpt.study.comparison.plots import NO_MATPLOTLIB, spread_note, wants_log_y, write_plots
 from angpt.study.comparison.render import render_markdown
-from angpt.study.stats import loss_spikes, t_quantile
 from angpt.study.store import run_health
 from angpt.study.sweep import SweepResult
 
@@ -273,7 +273,7 @@ def test_holm_by_hand_and_on_the_controls_report():
     """Holm's step-down adjustment worked out by hand; then the 21 paired tests of evidence-cpu-controls: 12 had
     p < 0.05 unadjusted, and at most two survive (Benjamini-Hochberg, less strict, kept two); gpt+cos, once called
     "the only arm significantly ahead", does not."""
-    from angpt.study.stats import holm
+    from angpt.stats import holm
 
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
@@ -294,7 +294,7 @@ def test_holm_by_hand_and_on_the_controls_report():
 def test_detectable_difference_against_scipy():
     from scipy import stats as sps
 
-    from angpt.study.stats import detectable_difference, mean_ci95
+    from angpt.stats import detectable_difference, mean_ci95
 
     for sd, n in ((0.1, 3), (0.04, 5), (0.2, 10)):
         want = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)

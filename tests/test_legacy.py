@@ -33,9 +33,8 @@ def fixture_set(request):
     return FIXTURES / request.param
 
 
-@pytest.fixture(scope="module")
-def legacy(tmp_path_factory, fixture_set):
-    root = tmp_path_factory.mktemp("legacy") / "fx"
+def _copy(fixture_set: Path, root: Path) -> Path:
+    """A copy of a fixture set at `root`, its recorded paths (@ROOT@) made the copy's."""
     shutil.copytree(fixture_set, root)
     for path in root.rglob("*"):
         if path.suffix in (".json", ".md", ".jsonl") and path.is_file():
@@ -43,6 +42,11 @@ def legacy(tmp_path_factory, fixture_set):
             if "@ROOT@" in text:
                 path.write_text(text.replace("@ROOT@", str(root)))
     return root
+
+
+@pytest.fixture(scope="module")
+def legacy(tmp_path_factory, fixture_set):
+    return _copy(fixture_set, tmp_path_factory.mktemp("legacy") / "fx")
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +166,18 @@ def test_each_paper_recipes_dry_run_gives_the_same_numbers(recipe, capsys):
     want = (FIXTURES / SETS[1] / "dryrun" / f"{recipe}.txt").read_text()
     assert _dry_run_lines(got.out + got.err) == _dry_run_lines(want)
     assert len(_dry_run_lines(want)) >= 10
+
+
+def test_a_stored_comparisons_report_renders_line_for_line_as_it_was_written(tmp_path):
+    """report.md rendered today from the stored report.json equals the report.md the code before issue 46 wrote from
+    it (the rendering was split into sections, not changed; the 2026-11-26 fixture's has the wording of its day, and
+    its numbers are checked above)."""
+    from angpt.study.comparison.render import render_markdown
+    from angpt.study.stored import load_plan
+
+    legacy = _copy(FIXTURES / SETS[1], tmp_path / "fx")
+    plan = load_plan(legacy / "compare")
+    report = json.loads((legacy / "compare" / "report.json").read_text())
+    written = (legacy / "compare" / "report.md").read_text()
+    plots = {name: legacy / "compare" / f"{name}.png" for name in report.get("plots", {})}
+    assert render_markdown(plan, report, plots).rstrip("\n") == written.rstrip("\n")

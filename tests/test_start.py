@@ -180,7 +180,10 @@ def test_a_resume_is_compared_with_the_run_its_checkpoint_recorded_as_resolved(s
     capsys.readouterr()
     assert run_cli(*args, "--out", copy, "--resume", "auto") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "the run was trained with lr=" in err[0], err
+    assert (
+        len(err) == 1 and f"with lr={resolved['lr']!r} (the gpt+ recipe's when the run started; train.lr" in err[0]
+    ), err
+    assert f"the run was trained with {resolved['lr'] * 2!r}; pass --train.lr {resolved['lr'] * 2}" in err[0], err
     longer = out.parent / "resolved-longer"
     shutil.copytree(out, longer)
     # train.max_steps 4 -> 40: GPT+'s warm-up (5% of the run, at least a step) moves from 1 to 2 steps with it

@@ -11,8 +11,7 @@ heavy dependencies (transformers, datasets, matplotlib) are imported only by the
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from angpt.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -40,14 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'angpt' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_names("angpt", _EXPORTS, globals())

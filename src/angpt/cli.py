@@ -360,13 +360,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"angpt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_info(sub)
+    _add_prepare(sub)
+    _add_train(sub)
+    _add_generate(sub)
+    _add_export(sub)
+    _add_import_hf(sub)
+    _add_grow(sub)
+    _add_eval(sub)
+    _add_bench(sub)
 
+    from angpt.study.comparison.cli import add_compare_parser
+    from angpt.study.scaling.cli import add_scaling_parser
+
+    add_compare_parser(sub)
+    add_scaling_parser(sub)
+    for verb in sub.choices.values():
+        _show_defaults(verb)
+    return p
+
+
+def _add_info(sub) -> None:
     s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
     s.add_argument("--arch", default=None, help="an architecture or a variant (default angpt when --preset is given)")
     s.add_argument("--preset", default=None, help="a preset (default demo when --arch is given)")
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
 
+
+def _add_prepare(sub) -> None:
     s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder", allow_abbrev=False)
     s.add_argument(
         "--source",
@@ -419,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 
+
+def _add_train(sub) -> None:
     s = sub.add_parser(
         "train",
         allow_abbrev=False,
@@ -454,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     s.set_defaults(func=cmd_train, accepts_extra=True)
 
+
+def _add_generate(sub) -> None:
     s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)
     s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
     s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
@@ -471,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cpu)")
     s.set_defaults(func=cmd_generate)
 
+
+def _add_export(sub) -> None:
     s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
     s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
     s.add_argument("out", help="the export folder: new, empty, or a previous export with --overwrite")
@@ -486,6 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_export)
 
+
+def _add_import_hf(sub) -> None:
     s = sub.add_parser(
         "import-hf", help="import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint", allow_abbrev=False
     )
@@ -493,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
     s.set_defaults(func=cmd_import_hf)
 
+
+def _add_grow(sub) -> None:
     s = sub.add_parser(
         "grow",
         help="append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits",
@@ -508,6 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the new value tokens")
     s.set_defaults(func=cmd_grow)
 
+
+def _add_eval(sub) -> None:
     s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
     s.add_argument("checkpoint")
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
@@ -520,6 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cpu)")
     s.set_defaults(func=cmd_eval)
 
+
+def _add_bench(sub) -> None:
     s = sub.add_parser(
         "bench", help="side-by-side benchmarks (step: training step and folded inference)", allow_abbrev=False
     )
@@ -545,15 +581,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reps", type=int, default=10)
     s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda where there is one, else cpu)")
     s.set_defaults(func=cmd_bench)
-
-    from angpt.study.comparison.cli import add_compare_parser
-    from angpt.study.scaling.cli import add_scaling_parser
-
-    add_compare_parser(sub)
-    add_scaling_parser(sub)
-    for verb in sub.choices.values():
-        _show_defaults(verb)
-    return p
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:

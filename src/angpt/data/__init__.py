@@ -9,8 +9,7 @@ Importing this package is light: the names below load on first use (no torch unt
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from angpt.lazy import lazy_names
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -40,14 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'angpt.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_names("angpt.data", _EXPORTS, globals())

@@ -131,32 +131,36 @@ def prepare_dataset(
     if auto:  # from the documents, before any is assigned
         val_fraction, test_fraction = auto_fractions(src, seed, max_tokens, test_fraction)
         _check_test_fraction(val_fraction, test_fraction)
-    options = {
-        "source": src.name,
-        "tokenizer": spec,
-        "val_fraction": float(val_fraction),
-        "test_fraction": float(test_fraction),
-        "max_tokens": max_tokens,
-        "text_field": text_field,
-        "seed": int(seed),
-        "shard_tokens": int(shard_tokens),
-        "tokenizer_train_bytes": int(tokenizer_train_bytes),
-        "doc_separator": src.doc_separator,
-        "encoding_errors": encoding_errors,
-        "val_fraction_rule": AUTO if auto else "given",
-    }
+    options = dict(
+        source=src.name, tokenizer=spec, val_fraction=float(val_fraction), test_fraction=float(test_fraction),
+        max_tokens=max_tokens, text_field=text_field, seed=int(seed), shard_tokens=int(shard_tokens),
+        tokenizer_train_bytes=int(tokenizer_train_bytes), doc_separator=src.doc_separator,
+        encoding_errors=encoding_errors, val_fraction_rule=AUTO if auto else "given",
+    )  # fmt: skip
     existing = None if replacing else _existing_dataset(out_dir, options, given_test)
     if existing is not None:
         return existing
 
+    meta = _build_into(out_dir, replacing, workers, lambda tmp: _build(
+        src, tokenizer, tmp, options, progress=progress, parallel=workers != 1,
+        processes=workers if workers is not None and workers >= 2 else 0,
+    ))  # fmt: skip
+    for line in skip_warnings(meta) + split_warnings(meta) + reprepare_hint(meta, out_dir):
+        print(f"warning: {line}", file=sys.stderr)
+    return meta
+
+
+def _build_into(out_dir: Path, replacing: bool, workers: int | None, build) -> dict:
+    """`build(folder)`'s dataset in a hidden temporary folder beside `out_dir`, renamed into place when complete
+    (swapped in for the one `out_dir` holds, `replacing`); on any failure it and the parents this call made are
+    removed, so a refused prepare leaves nothing behind."""
     made = [p for p in reversed(out_dir.parents) if not p.exists()]  # parents this call creates
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
         with _parallelism(workers):
-            processes = workers if workers is not None and workers >= 2 else 0
-            meta = _build(src, tokenizer, tmp, options, progress=progress, parallel=workers != 1, processes=processes)
+            meta = build(tmp)
         save_meta(tmp, meta)  # meta.json last: its presence marks a complete dataset
         if replacing:
             _swap_in(tmp, out_dir)
@@ -172,8 +176,6 @@ def prepare_dataset(
             except OSError:
                 break
         raise
-    for line in skip_warnings(meta) + split_warnings(meta) + reprepare_hint(meta, out_dir):
-        print(f"warning: {line}", file=sys.stderr)
     return meta
 
 

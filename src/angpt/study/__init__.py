@@ -2,7 +2,7 @@
 
 The engine (this folder): arms and plans (arms.py, plan.py: which runs exist and what each computes), the run
 store (store.py: folders, records, locks), execution (execute.py, worker.py, jobs.py, progress.py), sweeps and
-selection (sweep.py), reading a store without training (stored.py), statistics (stats.py), estimates
+selection (sweep.py), reading a store without training (stored.py), estimates
 (estimate.py), provenance (machine.py), the model-size dial (dial.py), the flags every study shares (flags.py) and
 the one driver (driver.py: a study's plans in turn, each a unit with its report). The kinds of study, each its plan,
 run, analysis and rendering over that engine: comparison/ (`angpt compare`), ladder/ and batch/ (`angpt scaling`;
@@ -21,7 +21,7 @@ _FACE = {
     "angpt.units": ("format_tokens", "parse_tokens"),
     "angpt.study.plan": ("DEFAULT_LR_GRID", "Plan", "PlanOptions", "make_plan"),
     "angpt.study.execute": ("StudyInterrupted",),
-    "angpt.study.stats": ("paired_ttest", "speedups", "tokens_to_reach", "welch_ttest"),
+    "angpt.stats": ("paired_ttest", "speedups", "tokens_to_reach", "welch_ttest"),
     "angpt.study.driver": ("Report",),
     "angpt.study.comparison.run": ("rewrite_report", "run_comparison"),
     "angpt.study.ladder.plan": ("Ladder", "Size", "make_ladder"),

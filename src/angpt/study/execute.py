@@ -15,9 +15,9 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import child_env
+from angpt.stats import median
 from angpt.study.plan import Plan
 from angpt.study.progress import Progress
-from angpt.study.stats import median
 from angpt.study.store import RESULT_FILE, RunSpec, load_record, read_rows, run_health, write_json
 
 INTERRUPTED_EXIT = 130  # a worker's exit status after a signal (study/worker.py holds it before any import)
@@ -182,6 +182,28 @@ class Runner:
         finally:
             torch.set_num_threads(old)
 
+    def _start_worker(self, spec: RunSpec, log: Path, plan_json: str, env: dict[str, str]):
+        """A worker process for `spec`, its output into `log`, its own session, the plan written to its stdin."""
+        import subprocess
+
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                worker_command(self.report_dir, spec, self.threads),
+                stdin=subprocess.PIPE,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                text=True,
+                start_new_session=True,
+            )
+        try:
+            proc.stdin.write(plan_json)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:  # the worker died before reading its plan: its exit status says how
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()  # type: ignore[union-attr]
+        return proc
+
     def _run_pool(self, todo: list[RunSpec]) -> None:
         """Up to `jobs` worker processes at a time, each `python -m angpt.study.worker` for one run.
 
@@ -214,23 +236,7 @@ class Runner:
                 while queue and len(running) < self.jobs and not received and interrupted is None:
                     spec = queue.pop(0)
                     log = logs / ("_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts) + ".log")
-                    with open(log, "w") as fh:
-                        proc = subprocess.Popen(
-                            worker_command(self.report_dir, spec, self.threads),
-                            stdin=subprocess.PIPE,
-                            stdout=fh,
-                            stderr=subprocess.STDOUT,
-                            env=env,
-                            text=True,
-                            start_new_session=True,
-                        )
-                    try:
-                        proc.stdin.write(plan_json)  # type: ignore[union-attr]
-                        proc.stdin.close()  # type: ignore[union-attr]
-                    except BrokenPipeError:  # the worker died before reading its plan: its exit status says how
-                        with contextlib.suppress(BrokenPipeError):
-                            proc.stdin.close()  # type: ignore[union-attr]
-                    running[proc] = (spec, log)
+                    running[self._start_worker(spec, log, plan_json, env)] = (spec, log)
                     self.progress.start(self._dir(spec), spec)
                 if received:
                     for proc in running:

@@ -348,89 +348,24 @@ def make_plan(
     lr_grid, lr, lr_values, max_extensions = opts.lr_grid, opts.lr, opts.lr_values, opts.max_extensions
     settings, eval_batches, eval_points = opts.settings, opts.eval_batches, opts.eval_points
     dtype, device = opts.dtype, opts.device
-    from angpt.data import check_compatible, load_meta
+    from angpt.data import load_meta
     from angpt.models.config import PRESETS
-    from angpt.models.registry import make_config
 
-    arm_objs = parse_arms(arms, DEFAULT_ARMS)
-    for label in retune or []:
-        match = [a for a in arm_objs if a.label == label]
-        if not match:
-            raise UserError(f"--retune {label!r} is not one of the arms ({', '.join(a.label for a in arm_objs)})")
-        arm_objs.append(retuned(match[0]))
+    arm_objs, baseline = _arms(arms, retune, baseline)
+    labels = [a.label for a in arm_objs]
     if stat not in STATS:
         raise UserError(f"unknown statistic {stat!r}; use one of: {', '.join(STATS)}")
-    labels = [a.label for a in arm_objs]
-    baseline = check_arms(arm_objs, baseline)
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
 
-    if not budgets:
-        raise UserError("no token budgets: give at least one, e.g. --budgets 1M,2M,4M")
-    budget_ints = sorted({parse_tokens(b) for b in budgets})
     bt = parse_tokens(batch_tokens)
-    for b in budget_ints:
-        if b < bt:
-            raise UserError(f"budget {format_tokens(b)} ({b} tokens) is less than one step of {bt} batch tokens")
-        if b % bt:
-            lo, hi = (b // bt) * bt, (b // bt + 1) * bt
-            raise UserError(
-                f"budget {b} tokens is not a whole number of steps of {bt} batch tokens; use {lo} or {hi}, "
-                "or a binary suffix (1Mi = 1048576)"
-            )
-    seeds = [0] if seeds is None else list(seeds)
-    if not seeds:
-        raise UserError("no seeds: give at least one, e.g. --seeds 0,1,2")
-    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise UserError(f"seeds {seeds} must be distinct non-negative integers")
-
-    grid = list(DEFAULT_LR_GRID) if lr_grid is None else [float(m) for m in lr_grid]
-    if not grid or any(not (math.isfinite(m) and m > 0) for m in grid):
-        raise UserError(f"LR grid {lr_grid} must be a non-empty list of positive multipliers")
-    grid = sorted(set(grid))
-    lr = dict(lr or {})
-    lr_values = {k: [float(v) for v in vs] for k, vs in (lr_values or {}).items()}
-    for what, table in (("--lr", lr), ("--lr-values", lr_values)):
-        unknown = sorted(set(table) - set(labels))
-        if unknown:
-            raise UserError(f"{what} names arm {unknown[0]!r}, which is not in the plan ({', '.join(labels)})")
-    for k, v in lr.items():
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise UserError(f"--lr {k}={v!r} must be a positive number")
-    for k, vs in lr_values.items():
-        if not vs or any(not (math.isfinite(v) and v > 0) for v in vs):
-            raise UserError(f"--lr-values {k}: {vs} must be positive numbers")
-    if not isinstance(max_extensions, int) or max_extensions < 0:
-        raise UserError(f"max_extensions={max_extensions!r} must be a non-negative integer")
-    for name, v in (("eval_batches", eval_batches), ("eval_points", eval_points)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise UserError(f"{name}={v!r} must be a positive integer")
-    if dtype not in ("auto", "bf16", "fp32"):
-        raise UserError(f"dtype={dtype!r}; use auto, bf16 or fp32")
-    if isinstance(settings, list):
-        settings = parse_settings(settings)
-    settings = dict(settings or {})
-
-    # The context length (and so seq_len) comes from the preset and the common settings, never from an arm,
-    # so every arm reads the same windows.
-    common_model = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("model.")}
-    base_cfg = make_config(arm_objs[0].arch, preset, **common_model)
-    T = seq_len or base_cfg.context_length
-    if not isinstance(T, int) or T <= 0:
-        raise UserError(f"seq_len={seq_len!r} must be a positive integer")
-    if bt % T:
-        raise UserError(f"batch tokens {bt} must be a multiple of seq_len {T}")
-    seqs = bt // T
-    mb = micro_batch or _largest_divisor_at_most(seqs, 16)
-    if seqs % mb:
-        raise UserError(f"micro_batch {mb} must divide the {seqs} sequences of one step ({bt} tokens / {T})")
+    budget_ints, seeds = _budgets_and_seeds(budgets, bt, seeds, tuning_seed)
+    grid, lr, lr_values = _rates(lr_grid, lr, lr_values, labels)
+    _check_options(max_extensions, eval_batches, eval_points, dtype)
+    settings = dict(parse_settings(settings) if isinstance(settings, list) else settings or {})
+    T, mb = _geometry(arm_objs[0], preset, settings, bt, seq_len, micro_batch)
 
     meta = load_meta(data)
-    if tuning_seed is not None and tuning_seed in seeds:
-        raise UserError(
-            f"the tuning seed {tuning_seed} is among the reported seeds {seeds}: selection and measurement must use "
-            "different seeds (docs/protocol.md); pick another --tuning-seed or other --seeds"
-        )
     test = meta.get("splits", {}).get("test", {})
     plan = Plan(
         data=str(Path(data).resolve()),
@@ -458,12 +393,109 @@ def make_plan(
     )
     plan.centres = {a.label: plan.centre_lr(a) for a in arm_objs}
 
-    # Resolve every arm's run config against the dataset now, so a bad key or a too-small vocabulary fails in
-    # one line before anything is trained or written.
+    plan.data_fingerprint = dataset_fingerprint(data)
+    _check_runs(plan, meta)
+    return plan
+
+
+def _arms(arms: list[str | Arm] | None, retune: list[str] | None, baseline: str | None) -> tuple[list[Arm], str]:
+    """The plan's arms (each label in `retune` adds that arm re-tuned) and its baseline, checked."""
+    arm_objs = parse_arms(arms, DEFAULT_ARMS)
+    for label in retune or []:
+        match = [a for a in arm_objs if a.label == label]
+        if not match:
+            raise UserError(f"--retune {label!r} is not one of the arms ({', '.join(a.label for a in arm_objs)})")
+        arm_objs.append(retuned(match[0]))
+    return arm_objs, check_arms(arm_objs, baseline)
+
+
+def _check_options(max_extensions, eval_batches, eval_points, dtype) -> None:
+    if not isinstance(max_extensions, int) or max_extensions < 0:
+        raise UserError(f"max_extensions={max_extensions!r} must be a non-negative integer")
+    for name, v in (("eval_batches", eval_batches), ("eval_points", eval_points)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{name}={v!r} must be a positive integer")
+    if dtype not in ("auto", "bf16", "fp32"):
+        raise UserError(f"dtype={dtype!r}; use auto, bf16 or fp32")
+
+
+def _geometry(first: Arm, preset: str, settings: dict, bt: int, seq_len, micro_batch) -> tuple[int, int]:
+    """(seq_len, micro_batch) of every run: the context length comes from the preset and the common settings, never
+    from an arm, so every arm reads the same windows; the micro-batch divides a step's sequences."""
+    from angpt.models.registry import make_config
+
+    common_model = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("model.")}
+    T = seq_len or make_config(first.arch, preset, **common_model).context_length
+    if not isinstance(T, int) or T <= 0:
+        raise UserError(f"seq_len={seq_len!r} must be a positive integer")
+    if bt % T:
+        raise UserError(f"batch tokens {bt} must be a multiple of seq_len {T}")
+    seqs = bt // T
+    mb = micro_batch or _largest_divisor_at_most(seqs, 16)
+    if seqs % mb:
+        raise UserError(f"micro_batch {mb} must divide the {seqs} sequences of one step ({bt} tokens / {T})")
+    return T, mb
+
+
+def _budgets_and_seeds(
+    budgets: list[int | str], bt: int, seeds: list[int] | None, tuning_seed: int | None
+) -> tuple[list[int], list[int]]:
+    """The budgets as token counts, ascending, each a whole number of steps of `bt` tokens; the seeds, distinct
+    and non-negative (seed 0 where none are given), the tuning seed not among them."""
+    if not budgets:
+        raise UserError("no token budgets: give at least one, e.g. --budgets 1M,2M,4M")
+    budget_ints = sorted({parse_tokens(b) for b in budgets})
+    for b in budget_ints:
+        if b < bt:
+            raise UserError(f"budget {format_tokens(b)} ({b} tokens) is less than one step of {bt} batch tokens")
+        if b % bt:
+            lo, hi = (b // bt) * bt, (b // bt + 1) * bt
+            raise UserError(
+                f"budget {b} tokens is not a whole number of steps of {bt} batch tokens; use {lo} or {hi}, "
+                "or a binary suffix (1Mi = 1048576)"
+            )
+    seeds = [0] if seeds is None else list(seeds)
+    if not seeds:
+        raise UserError("no seeds: give at least one, e.g. --seeds 0,1,2")
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds {seeds} must be distinct non-negative integers")
+    if tuning_seed is not None and tuning_seed in seeds:
+        raise UserError(
+            f"the tuning seed {tuning_seed} is among the reported seeds {seeds}: selection and measurement must use "
+            "different seeds (docs/protocol.md); pick another --tuning-seed or other --seeds"
+        )
+    return budget_ints, seeds
+
+
+def _rates(lr_grid, lr, lr_values, labels: list[str]) -> tuple[list[float], dict, dict]:
+    """The LR grid's multipliers (sorted, positive), and the per-arm rates and grids, naming arms of the plan."""
+    grid = list(DEFAULT_LR_GRID) if lr_grid is None else [float(m) for m in lr_grid]
+    if not grid or any(not (math.isfinite(m) and m > 0) for m in grid):
+        raise UserError(f"LR grid {lr_grid} must be a non-empty list of positive multipliers")
+    grid = sorted(set(grid))
+    lr = dict(lr or {})
+    lr_values = {k: [float(v) for v in vs] for k, vs in (lr_values or {}).items()}
+    for what, table in (("--lr", lr), ("--lr-values", lr_values)):
+        unknown = sorted(set(table) - set(labels))
+        if unknown:
+            raise UserError(f"{what} names arm {unknown[0]!r}, which is not in the plan ({', '.join(labels)})")
+    for k, v in lr.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise UserError(f"--lr {k}={v!r} must be a positive number")
+    for k, vs in lr_values.items():
+        if not vs or any(not (math.isfinite(v) and v > 0) for v in vs):
+            raise UserError(f"--lr-values {k}: {vs} must be positive numbers")
+    return grid, lr, lr_values
+
+
+def _check_runs(plan: Plan, meta: dict) -> None:
+    """Every arm's run config resolved against the dataset now, so that a bad key or a too-small vocabulary fails in
+    one line, naming the arm, before anything is trained or written."""
+    from angpt.data import check_compatible
     from angpt.train.config import load_run_config, resolve_model_config
 
-    plan.data_fingerprint = dataset_fingerprint(data)
-    for arm in arm_objs:
+    budget_ints, seeds, T = plan.budgets, plan.seeds, plan.seq_len
+    for arm in plan.arms:
         for setting in arm.settings()[1:]:  # a tuned value the trainer refuses fails here, naming the arm
             try:
                 load_run_config(None, plan.run_overrides(arm, budget_ints[0], seeds[0], 1e-3, "unused", setting))
@@ -479,4 +511,3 @@ def make_plan(
             raise type(e)(f"arm {arm.label!r}: {e}") from e
         if T > mcfg.context_length:
             raise ConfigError(f"arm {arm.label!r}: seq_len {T} exceeds its context length {mcfg.context_length}")
-    return plan

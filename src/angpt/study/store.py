@@ -21,9 +21,9 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.lock import DirLock
+from angpt.stats import loss_spikes, median
 from angpt.study.arms import Setting, format_setting
 from angpt.study.plan import EXTENDABLE, Plan
-from angpt.study.stats import loss_spikes, median
 from angpt.units import format_lr, format_tokens
 
 RESULT_FILE = "result.json"

@@ -405,9 +405,8 @@ class Trainer:
             enabled=info.is_main,
         )
         peak = peak_flops(info.device, tc.peak_flops, self.dtype)
-        last_ckpt = self.resume_from
-        status, loss_value, val_loss, val_bpb = "finished", None, None, None
-        test_loss = None
+        self.last_ckpt = self.resume_from
+        status, loss_value, self.val_loss, self.val_bpb, self.test_loss = "finished", None, None, None, None
         step_times: list[float] = []
         # The summary goes with the bar: a study turns both off (it has its own bar over all its runs).
         summary = self.summary(peak) if tc.progress and info.is_main and self.step < tc.max_steps else None
@@ -420,145 +419,165 @@ class Trainer:
         if self.watch is not None and self.step < tc.max_steps:
             self.watch.start(self.base)  # the norms the first rise is judged against
             start_norms = self.watch.last
-        before_step = registry.of(self.base).before_step
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
         signals = StopSignals(announce=info.is_main, step=self.step + 1)
         with signals, closing(logger), pbar if pbar is not None else nullcontext():
             while self.step < tc.max_steps:
                 signals.step = self.step + 1  # the step in progress, which a first Ctrl-C lets finish and save
-                note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
-                if note and info.is_main:
-                    print(note, file=sys.stderr)
-                t0 = time.perf_counter()
-                loss_value = self.step_fn.accumulate(self.loader.next_batch).item()
-                # A step that stops the run is logged (its loss, and the gradient norm once known, with the
-                # error) before the TrainingError, so metrics.jsonl shows where and how training failed.
-                where = f"the last good checkpoint is {last_ckpt}" if last_ckpt else "no checkpoint was saved yet"
-                failed = {"step": self.step + 1, "loss": loss_value}
-                if not math.isfinite(loss_value):
-                    self._fail(
-                        logger,
-                        failed,
-                        f"loss is {loss_value} at step {self.step + 1}; stopping ({where}); {self._remedy()}",
-                    )
-                if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
-                    self._fail(
-                        logger,
-                        failed,
-                        f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
-                        f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); "
-                        f"{self._remedy()}",
-                    )
-                grad_norm = self.step_fn.clip()
-                if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
-                    self._fail(
-                        logger,
-                        {**failed, "grad_norm": float(grad_norm)},
-                        f"gradient norm is {float(grad_norm)} at step {self.step + 1}; stopping before the update "
-                        f"({where}); {self._remedy()}",
-                    )
-                self.step_fn.apply()
-                self.step += 1
-                self.tokens += tc.batch_tokens
-                synchronize(info.device)
-                dt = time.perf_counter() - t0
-                warning = norms = None  # the watch's probe is not the step's time: measured after it
-                if self.watch is not None and self.watch.due(self.step, tc.log_every):
-                    warning, norms = self.watch.check(self.base, self.step), self.watch.last
-                    if warning and info.is_main:
-                        print(f"warning: {warning}", file=sys.stderr)
+                loss_value, grad_norm, dt = self._step(logger, spikes)
                 step_times.append(dt)
                 timed = timed_line(summary, self.step, step_times) if summary else None
                 if timed:
                     _say(timed, pbar)
-                tok_s = tc.batch_tokens / dt
-                mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
-                row: dict[str, Any] = {
-                    "step": self.step,
-                    "loss": loss_value,
-                    "lr": self.sched.get_last_lr()[0],
-                    "tokens": self.tokens,
-                    "grad_norm": float(grad_norm),
-                    "tokens_per_sec": tok_s,
-                    "step_time": dt,
-                    "data_time": self.step_fn.data_time,
-                }
-                if mfu is not None:
-                    row["mfu"] = mfu
-                if warning:
-                    row["warning"] = warning
-                # every layer's ||h|| on the watch's probe: what a later calibration of the warning replays
-                if start_norms is not None:
-                    row["residual_norms_start"], start_norms = [round(x, 4) for x in start_norms], None
-                if norms is not None:
-                    row["residual_norms"] = [round(x, 4) for x in norms]
+                row, mfu = self._row(loss_value, grad_norm, dt, peak, start_norms)
+                start_norms = None
                 last = self.step == tc.max_steps
-                if (tc.eval_every and self.step % tc.eval_every == 0) or last:
-                    val_loss, val_bpb = self.evaluate()
-                    if tc.keep_best and val_loss < self.best_val:
-                        self._save_best(val_loss, {"val_loss": val_loss, "val_bpb": val_bpb})
-                    row["val_loss"] = val_loss
-                    if val_bpb is not None:
-                        row["val_bpb"] = val_bpb
-                    if last and self.has_test:  # the reported number, once, on data no choice has seen
-                        test_loss, test_bpb = self.evaluate("test")
-                        row["test_loss"] = test_loss
-                        if test_bpb is not None:
-                            row["test_bpb"] = test_bpb
-                    if info.is_main and not info.enabled:
-                        row.update(self.health())
-                if self.evaluators and tc.eval_tasks_every and (self.step % tc.eval_tasks_every == 0 or last):
-                    if info.is_main and not info.enabled:  # evaluators run one process on the whole model
-                        for evaluator in self.evaluators:
-                            row.update(evaluator(self.base, self.step))
+                self._evaluate_into(row, last)
                 if self.step % tc.log_every == 0 or "val_loss" in row or "warning" in row or self.step == 1:
                     logger.log(row)
                 if pbar is not None:
                     pbar.update(1)
                     pbar.set_postfix_str(_postfix(row, mfu))
-                # Every rank must stop at the same step (a signal reaches the ranks at different moments).
-                stop = any_rank(signals.received is not None, info) or (
-                    tc.stop_at is not None and self.step >= tc.stop_at and not last
-                )
-                if stop or last or (tc.save_every and self.step % tc.save_every == 0):
-                    failure, saved = None, None
-                    try:
-                        saved = self.save({k: v for k, v in row.items() if not k.startswith("health/")})
-                    except CheckpointError as e:  # non-finite weights after a finite loss, a full disk: keep the last
-                        failure = e
-                    if any_rank(failure is not None, info):  # rank 0 writes; every rank must stop with it
-                        reason = failure or "the checkpoint could not be saved on rank 0"
-                        raise TrainingError(f"{reason}; stopping (the last good checkpoint is {last_ckpt})")
-                    last_ckpt = saved or last_ckpt
-                if stop:
+                if self._save_or_stop(row, signals, last):
                     status = "interrupted"
-                    if info.is_main:
-                        why = (  # the signal's own line said "received" when it came: this one says what was done
-                            f"stopped by {signal.Signals(signals.received).name}"
-                            if signals.received
-                            else "train.stop_at"
-                        )
-                        print(
-                            f"\n{why}: saved {last_ckpt} at step {self.step}; resume with --resume auto",
-                            file=sys.stderr,
-                        )
                     break
         if info.is_main and status == "finished":
             plot_loss_curve(self.out, f"{cfg.arch} ({cfg.preset})")
+        return self._result(status, loss_value, step_times, signals.received)
+
+    def _step(self, logger: MetricsLogger, spikes: SpikeDetector) -> tuple[float, torch.Tensor, float]:
+        """One optimizer step, stopped before the update where its loss or gradient norm is not finite or the loss
+        spiked (the failing step's row is logged with the error first, so metrics.jsonl shows where and how
+        training failed): (loss, gradient norm before clipping, seconds)."""
+        tc, info = self.tc, self.info
+        before_step = registry.of(self.base).before_step
+        note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
+        if note and info.is_main:
+            print(note, file=sys.stderr)
+        t0 = time.perf_counter()
+        loss_value = self.step_fn.accumulate(self.loader.next_batch).item()
+        where = f"the last good checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint was saved yet"
+        failed = {"step": self.step + 1, "loss": loss_value}
+        if not math.isfinite(loss_value):
+            self._fail(
+                logger, failed, f"loss is {loss_value} at step {self.step + 1}; stopping ({where}); {self._remedy()}"
+            )
+        if spikes.check(loss_value):  # before the update: the weights stay those of the last good step
+            self._fail(
+                logger,
+                failed,
+                f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
+                f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); "
+                f"{self._remedy()}",
+            )
+        grad_norm = self.step_fn.clip()
+        if not torch.isfinite(grad_norm):  # the update would poison the weights: stop before it
+            self._fail(
+                logger,
+                {**failed, "grad_norm": float(grad_norm)},
+                f"gradient norm is {float(grad_norm)} at step {self.step + 1}; stopping before the update "
+                f"({where}); {self._remedy()}",
+            )
+        self.step_fn.apply()
+        self.step += 1
+        self.tokens += tc.batch_tokens
+        synchronize(info.device)
+        return loss_value, grad_norm, time.perf_counter() - t0
+
+    def _row(self, loss_value, grad_norm, dt, peak, start_norms) -> tuple[dict[str, Any], float | None]:
+        """The step's metrics row, with the residual watch's measurement where it is due (after the step's time:
+        the probe is not the step), and the step's MFU."""
+        tc, info = self.tc, self.info
+        warning = norms = None
+        if self.watch is not None and self.watch.due(self.step, tc.log_every):
+            warning, norms = self.watch.check(self.base, self.step), self.watch.last
+            if warning and info.is_main:
+                print(f"warning: {warning}", file=sys.stderr)
+        tok_s = tc.batch_tokens / dt
+        mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
+        row: dict[str, Any] = {
+            "step": self.step,
+            "loss": loss_value,
+            "lr": self.sched.get_last_lr()[0],
+            "tokens": self.tokens,
+            "grad_norm": float(grad_norm),
+            "tokens_per_sec": tok_s,
+            "step_time": dt,
+            "data_time": self.step_fn.data_time,
+        }
+        if mfu is not None:
+            row["mfu"] = mfu
+        if warning:
+            row["warning"] = warning
+        # every layer's ||h|| on the watch's probe: what a later calibration of the warning replays
+        if start_norms is not None:
+            row["residual_norms_start"] = [round(x, 4) for x in start_norms]
+        if norms is not None:
+            row["residual_norms"] = [round(x, 4) for x in norms]
+        return row, mfu
+
+    def _evaluate_into(self, row: dict[str, Any], last: bool) -> None:
+        """Validation where it is due (and at the last step), the best weights kept, the test loss once at the end,
+        the health metrics, and the evaluators' tasks where they are due: all into `row`."""
+        tc, info = self.tc, self.info
+        if (tc.eval_every and self.step % tc.eval_every == 0) or last:
+            self.val_loss, self.val_bpb = self.evaluate()
+            if tc.keep_best and self.val_loss < self.best_val:
+                self._save_best(self.val_loss, {"val_loss": self.val_loss, "val_bpb": self.val_bpb})
+            row["val_loss"] = self.val_loss
+            if self.val_bpb is not None:
+                row["val_bpb"] = self.val_bpb
+            if last and self.has_test:  # the reported number, once, on data no choice has seen
+                self.test_loss, test_bpb = self.evaluate("test")
+                row["test_loss"] = self.test_loss
+                if test_bpb is not None:
+                    row["test_bpb"] = test_bpb
+            if info.is_main and not info.enabled:
+                row.update(self.health())
+        if self.evaluators and tc.eval_tasks_every and (self.step % tc.eval_tasks_every == 0 or last):
+            if info.is_main and not info.enabled:  # evaluators run one process on the whole model
+                for evaluator in self.evaluators:
+                    row.update(evaluator(self.base, self.step))
+
+    def _save_or_stop(self, row: dict[str, Any], signals: StopSignals, last: bool) -> bool:
+        """Checkpoint where due (every rank gathers, rank 0 writes); True when the run stops here (a signal,
+        train.stop_at), saved. Every rank stops at the same step (a signal reaches the ranks at different moments)."""
+        tc, info = self.tc, self.info
+        stop = any_rank(signals.received is not None, info) or (
+            tc.stop_at is not None and self.step >= tc.stop_at and not last
+        )
+        if stop or last or (tc.save_every and self.step % tc.save_every == 0):
+            failure, saved = None, None
+            try:
+                saved = self.save({k: v for k, v in row.items() if not k.startswith("health/")})
+            except CheckpointError as e:  # non-finite weights after a finite loss, a full disk: keep the last
+                failure = e
+            if any_rank(failure is not None, info):  # rank 0 writes; every rank must stop with it
+                reason = failure or "the checkpoint could not be saved on rank 0"
+                raise TrainingError(f"{reason}; stopping (the last good checkpoint is {self.last_ckpt})")
+            self.last_ckpt = saved or self.last_ckpt
+        if stop and info.is_main:
+            why = (  # the signal's own line said "received" when it came: this one says what was done
+                f"stopped by {signal.Signals(signals.received).name}" if signals.received else "train.stop_at"
+            )
+            print(f"\n{why}: saved {self.last_ckpt} at step {self.step}; resume with --resume auto", file=sys.stderr)
+        return stop
+
+    def _result(self, status: str, loss_value, step_times: list[float], received) -> TrainResult:
         times = sorted(step_times[1:] or step_times)
         return TrainResult(
             out=self.out,
             step=self.step,
             status=status,
             final_loss=loss_value,
-            val_loss=val_loss,
-            val_bpb=val_bpb,
-            test_loss=test_loss,
-            checkpoint=last_ckpt,
+            val_loss=self.val_loss,
+            val_bpb=self.val_bpb,
+            test_loss=self.test_loss,
+            checkpoint=self.last_ckpt,
             tokens=self.tokens,
             step_time_median=times[len(times) // 2] if times else None,
-            signal=signals.received,
+            signal=received,
             dtype=self.dtype,
             compiled=self.compile,
             best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,

@@ -116,9 +116,18 @@ def check_resolved(path: Any, recorded: dict[str, Any], run: Any) -> None:
         if key == "model":
             diff = [k for k in got if was.get(k) != got[k]]
             was, got = {k: was.get(k) for k in diff[:3]}, {k: got[k] for k in diff[:3]}
+        flag = {"betas": "train.beta1 / train.beta2", "model": "model.*", "arch": "--arch", "optimizer": None}.get(
+            key, f"train.{key}"
+        )
+        words = now.get(f"{key}_from", "") if key in ("lr", "weight_decay", "warmup_steps") else ""
+        fix = (
+            f"pass --{flag} {was}"
+            if flag and flag.startswith("train.") and key != "betas"
+            else "give the run's own settings"
+        )
         raise UserError(
-            f"cannot resume {path}: the run was trained with {key}={was!r}, this one would train with {got!r}; "
-            "resume with the run's own settings, or start a new run (--out)"
+            f"cannot resume {path} with {key}={got!r}{words}: the run was trained with {was!r}; {fix} to resume it as "
+            "it was trained, or start a new run (--out)"
         )
 
 

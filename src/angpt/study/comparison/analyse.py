@@ -7,11 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from angpt.study.arms import format_setting
-from angpt.study.comparison.collect import ArmRuns
-from angpt.study.comparison.selection import lr_source
-from angpt.study.plan import Plan
-from angpt.study.stats import (
+from angpt.stats import (
     detectable_difference,
     holm,
     mean,
@@ -23,6 +19,10 @@ from angpt.study.stats import (
     usable,
     welch_ttest,
 )
+from angpt.study.arms import format_setting
+from angpt.study.comparison.collect import ArmRuns
+from angpt.study.comparison.selection import lr_source
+from angpt.study.plan import Plan
 from angpt.study.sweep import Sweeps
 from angpt.units import format_lr, format_tokens
 

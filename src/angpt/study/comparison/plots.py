@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from angpt.stats import std
 from angpt.study.comparison.analyse import reported
 from angpt.study.comparison.collect import ArmRuns
 from angpt.study.plan import Plan
-from angpt.study.stats import std
 from angpt.units import format_lr, format_tokens
 
 # A y range wider than this ratio (largest / smallest loss plotted) means an early spike or a diverging start
@@ -57,12 +57,21 @@ def write_plots(
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
     except ImportError:
         return {}, [NO_MATPLOTLIB]
-    files: dict[str, Path] = {}
-    n_seeds = len(plan.seeds)
+    files = {"val_loss_vs_tokens": _curves(plt, plan, runs, arms, out / "val_loss_vs_tokens.png")}
+    if len(plan.budgets) == 1:  # one point per arm and no speedup to draw: the curves and the report say it all
+        return files, []
+    files["final_loss_vs_budget"] = _final_losses(plt, plan, arms, out / "final_loss_vs_budget.png")
+    files["speedup"] = _speedup_bars(plt, plan, arms, out / "speedup.png")
+    return files, []
 
+
+def _curves(plt, plan: Plan, runs: dict[str, ArmRuns], arms: dict[str, Any], path: Path) -> Path:
+    """Validation loss against tokens: each arm's mean over seeds at the largest budget, its spread shaded."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    n_seeds = len(plan.seeds)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plotted: list[float] = []
     for label, r in runs.items():
@@ -92,15 +101,18 @@ def write_plots(
     if plotted:  # a partial report may have no finished curve at the largest budget yet
         ax.legend(fontsize=8)
     fig.tight_layout()
-    files["val_loss_vs_tokens"] = out / "val_loss_vs_tokens.png"
-    fig.savefig(files["val_loss_vs_tokens"], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
-    if len(plan.budgets) == 1:  # one point per arm and no speedup to draw: the curves and the report say it all
-        return files, []
 
+def _final_losses(plt, plan: Plan, arms: dict[str, Any], path: Path) -> Path:
+    """The final reported loss against the budget, each arm's mean over seeds with its spread."""
+    from matplotlib.ticker import NullLocator
+
+    n_seeds = len(plan.seeds)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    plotted = []
+    plotted: list[float] = []
     for label, e in arms.items():
         pts = [
             (r["budget"], reported(r, "loss_mean"), reported(r, "loss_std") or 0.0)
@@ -128,10 +140,14 @@ def write_plots(
     if plotted:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    files["final_loss_vs_budget"] = out / "final_loss_vs_budget.png"
-    fig.savefig(files["final_loss_vs_budget"], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
+
+def _speedup_bars(plt, plan: Plan, arms: dict[str, Any], path: Path) -> Path:
+    """Each arm's convergence speedup over the baseline, hatched where it is not established or left bounds out."""
+    n_seeds = len(plan.seeds)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = [lab for lab in arms if lab != plan.baseline]
     for i, label in enumerate(labels):
@@ -172,7 +188,6 @@ def write_plots(
     what = "mean ± std over seeds" if n_seeds > 1 else "one seed"
     ax.set_title(f"tokens to reach the baseline's loss ({what}; hatched: bounds left out)", fontsize=10)
     fig.tight_layout()
-    files["speedup"] = out / "speedup.png"
-    fig.savefig(files["speedup"], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return files, []
+    return path

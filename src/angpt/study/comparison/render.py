@@ -69,14 +69,39 @@ def _diff_cell(row: dict[str, Any]) -> str:
 
 
 def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) -> str:
-    """report.md: verdicts, warnings, the tables, provenance and how to read them."""
-    arms, base = report["arms"], plan.baseline
-    mach, ds = report["machine"], report["dataset"]
-    swept = selects(plan)
+    """report.md: verdicts, warnings, the tables, provenance and how to read them, section by section."""
     hz = report.get("horizon") or {}
-    smoke = f" — {SMOKE}" if hz.get("short") else ""
+    smoke = bool(hz.get("short"))
+    swept = selects(plan)
+    lines = _header(plan, report, hz, smoke)
+    lines += _verdict(plan, report, hz, smoke)
+    lines += _loss_tables(plan, report["arms"])
+    lines += _retuned(plan, report["arms"])
+    others = [label for label in report["arms"] if label != plan.baseline]
+    if others:
+        lines += _differences(plan, report, others)
+    if others and len(plan.budgets) > 1:
+        lines += _speedups(plan, report["arms"], others)
+    lines += _stability(report["arms"], swept)
+    lines += _step_times(report["arms"])
+    if swept:  # a one-point grid is no sweep: its table would show each arm's one run as "best"
+        lines += _sweep_table(plan, report["arms"])
+    lines += _lr_checks(plan, report["arms"])
+    if report.get("partial"):
+        lines += _runs_so_far(plan, report["partial"])
+    lines += _plots(plan, plots)
+    lines += _how_to_read(swept, smoke)
+    return "\n".join(lines)
+
+
+def _header(plan: Plan, report: dict[str, Any], hz: dict[str, Any], smoke: bool) -> list[str]:
+    """The title, a partial report's notice, a smoke test's line, and the provenance: date, command, versions,
+    machine, data, shape, selection, budgets, horizon, settings, the jobs measured."""
+    mach, ds, base = report["machine"], report["dataset"], plan.baseline
     partial = report.get("partial")
-    title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base}){smoke}"
+    title = f"# angpt compare: {', '.join(a.label for a in plan.arms)} (baseline {base})" + (
+        f" — {SMOKE}" if smoke else ""
+    )
     lines = [title + (" — PARTIAL" if partial else ""), ""]
     if partial:
         lines += [
@@ -123,7 +148,13 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             f"- --jobs auto: measured jobs x threads on {jm['arm']} ({jm['steps']} steps each): {cands}; chose "
             f"{jm['jobs']}x{jm['threads']} (one short measurement on a shared machine: noisy)"
         )
-    lines += ["", "## Verdict", ""]
+    return lines
+
+
+def _verdict(plan: Plan, report: dict[str, Any], hz: dict[str, Any], smoke: bool) -> list[str]:
+    """The verdict lines, then the warnings that the top did not say already."""
+    base = plan.baseline
+    lines = ["", "## Verdict", ""]
     lead = "the paired t-test over seeds" if plan.stat == "paired" else "Welch's t-test"
     how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
     lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
@@ -131,13 +162,17 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     warned = [w for w in report["warnings"] if not (smoke and w == hz["message"])]  # the top says it
     if warned:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warned]
+    return lines
 
+
+def _loss_tables(plan: Plan, arms: dict[str, Any]) -> list[str]:
+    """The final loss and bits per byte of every arm at every budget, with their spread over seeds."""
     head = "| arm | lr | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |"
     sep = "|---|---|" + "---|" * len(plan.budgets)
     n_seeds = len(plan.seeds)
     spread = "mean ± std over seeds" if n_seeds > 1 else "one seed"
     split = "test" if plan.report_split == "test" else "validation"
-    lines += ["", f"## Final {split} loss (nats/token, {spread})", "", head, sep]
+    lines = ["", f"## Final {split} loss (nats/token, {spread})", "", head, sep]
     for label, e in arms.items():
         cells = []
         for r in e["budgets"]:
@@ -150,7 +185,12 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     for label, e in arms.items():
         cells = [_missing(r, n_seeds) or _pm(reported(r, "bpb_mean"), reported(r, "bpb_std"), 4) for r in e["budgets"]]
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
+    return lines
 
+
+def _retuned(plan: Plan, arms: dict[str, Any]) -> list[str]:
+    """The setting each re-tuned arm chose at each budget (none without one)."""
+    lines: list[str] = []
     tuned = [label for label, e in arms.items() if e.get("tune")]
     if tuned:
         lines += [
@@ -165,81 +205,93 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
             "",
         ]
         lines += [f"- {label}: {chosen_settings(plan, arms[label])}" for label in tuned]
+    return lines
 
-    others = [lab for lab in arms if lab != base]
-    if others:
-        lines += [
-            "",
-            f"## Final loss against {base}",
-            "",
-            _difference_intro(plan, report.get("multiple_comparisons") or {}),
-            "",
-            "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
-            "|---|" + "---|" * len(plan.budgets),
-        ]
-        for label in others:
-            lines.append(f"| {label} | " + " | ".join(_diff_cell(r) for r in arms[label]["budgets"]) + " |")
-        lines += [
-            "",
-            f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better):",
-            "",
-            "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
-            "|---|" + "---|" * len(plan.budgets),
-        ]
-        for label in others:
-            cells = []
-            for r in arms[label]["budgets"]:
-                rel = r.get("rel_improvement_pct")
-                cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    if others and len(plan.budgets) > 1:
-        lines += [
-            "",
-            f"## Convergence speedup over {base} (docs/protocol.md)",
-            "",
-            f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
-            "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "
-            f"then averaged over i ({spread}). Points outside the arm's budget range are bounds "
-            "(≥: below range, <: not reached), never averaged in"
-            + (" unless extrapolated (--extrapolate)" if plan.extrapolate else "")
-            + ". The mean is a speedup only when no point was left out in the arm's favour (none not reached) and "
-            f"the arm's loss at the largest budget is not above {base}'s; otherwise it is shown as not established.",
-            "",
-            "| arm | speedup | points measured | bounds (left out) | on seed-mean curves |",
-            "|---|---|---|---|---|",
-        ]
-        for label in others:
-            sp = arms[label].get("speedup")
-            if not sp:
-                lacking = any(not r.get("compared", True) for r in arms[label]["budgets"])
-                lines.append(f"| {label} | {'– (runs missing)' if lacking else '–'} | – | – | – |")
-                continue
-            val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
-            if sp.get("ci95") and sp["mean"] is not None:
-                val += f", 95% CI [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
-            if not sp["established"]:
-                val = f"not established ({sp['why_not']})" + (
-                    f"; measured points alone: {val}" if sp["mean"] is not None else ""
-                )
-            om = sp.get("of_seed_means") or {}
-            omv = f"{om['mean']:.2f}x" if om.get("mean") is not None else "–"
-            used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
-            bounds = bounds_text(sp) or "none"
-            lines.append(f"| {label} | {val} | {used}/{sp['n_comparisons']} | {bounds} | {omv} |")
-        lines += ["", "Per budget and seed (tokens the arm needs → speedup):", ""]
-        lines += [
-            "| arm | seed | " + " | ".join(f"D={format_tokens(b)}" for b in plan.budgets) + " |",
-            "|---|---|" + "---|" * len(plan.budgets),
-        ]
-        for label in others:
-            sp = arms[label].get("speedup") or {}
-            for seed, blk in sp.get("per_seed", {}).items():
-                by_b = {d["budget"]: d for d in blk["per_budget"]}
-                cells = [_reach_cell(by_b[b]) if b in by_b else "–" for b in plan.budgets]
-                lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
-
+def _differences(plan: Plan, report: dict[str, Any], others: list[str]) -> list[str]:
+    """Each arm's final loss against the baseline's, and its relative improvement."""
+    arms, base = report["arms"], plan.baseline
+    lines = [
+        "",
+        f"## Final loss against {base}",
+        "",
+        _difference_intro(plan, report.get("multiple_comparisons") or {}),
+        "",
+        "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
+        "|---|" + "---|" * len(plan.budgets),
+    ]
+    for label in others:
+        lines.append(f"| {label} | " + " | ".join(_diff_cell(r) for r in arms[label]["budgets"]) + " |")
     lines += [
+        "",
+        f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better):",
+        "",
+        "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
+        "|---|" + "---|" * len(plan.budgets),
+    ]
+    for label in others:
+        cells = []
+        for r in arms[label]["budgets"]:
+            rel = r.get("rel_improvement_pct")
+            cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _speedups(plan: Plan, arms: dict[str, Any], others: list[str]) -> list[str]:
+    """The convergence speedup of docs/protocol.md over the baseline: per arm, then per budget and seed."""
+    base = plan.baseline
+    spread = "mean ± std over seeds" if len(plan.seeds) > 1 else "one seed"
+    lines = [
+        "",
+        f"## Convergence speedup over {base} (docs/protocol.md)",
+        "",
+        f"For each {base} budget D_i with final loss L_i, D'_i is the budget at which the arm reaches L_i "
+        "(the arm's final loss interpolated linearly in log tokens); speedup_i = D_i / D'_i. Computed per seed, "
+        f"then averaged over i ({spread}). Points outside the arm's budget range are bounds "
+        "(≥: below range, <: not reached), never averaged in"
+        + (" unless extrapolated (--extrapolate)" if plan.extrapolate else "")
+        + ". The mean is a speedup only when no point was left out in the arm's favour (none not reached) and "
+        f"the arm's loss at the largest budget is not above {base}'s; otherwise it is shown as not established.",
+        "",
+        "| arm | speedup | points measured | bounds (left out) | on seed-mean curves |",
+        "|---|---|---|---|---|",
+    ]
+    for label in others:
+        sp = arms[label].get("speedup")
+        if not sp:
+            lacking = any(not r.get("compared", True) for r in arms[label]["budgets"])
+            lines.append(f"| {label} | {'– (runs missing)' if lacking else '–'} | – | – | – |")
+            continue
+        val = _pm(sp["mean"], sp["std"], 2) + "x" if sp["mean"] is not None else "–"
+        if sp.get("ci95") and sp["mean"] is not None:
+            val += f", 95% CI [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
+        if not sp["established"]:
+            val = f"not established ({sp['why_not']})" + (
+                f"; measured points alone: {val}" if sp["mean"] is not None else ""
+            )
+        om = sp.get("of_seed_means") or {}
+        omv = f"{om['mean']:.2f}x" if om.get("mean") is not None else "–"
+        used = sp["n_exact"] + (sp["n_extrapolated"] if plan.extrapolate else 0)
+        bounds = bounds_text(sp) or "none"
+        lines.append(f"| {label} | {val} | {used}/{sp['n_comparisons']} | {bounds} | {omv} |")
+    lines += ["", "Per budget and seed (tokens the arm needs → speedup):", ""]
+    lines += [
+        "| arm | seed | " + " | ".join(f"D={format_tokens(b)}" for b in plan.budgets) + " |",
+        "|---|---|" + "---|" * len(plan.budgets),
+    ]
+    for label in others:
+        sp = arms[label].get("speedup") or {}
+        for seed, blk in sp.get("per_seed", {}).items():
+            by_b = {d["budget"]: d for d in blk["per_budget"]}
+            cells = [_reach_cell(by_b[b]) if b in by_b else "–" for b in plan.budgets]
+            lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _stability(arms: dict[str, Any], swept: bool) -> list[str]:
+    """The largest gradient norm of each arm's runs against its median, and its loss spikes."""
+    lines = [
         "",
         "## Training stability at the chosen LR" if swept else "## Training stability",
         "",
@@ -255,8 +307,12 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         top = f"{st['max_grad_norm']:.3g}" if st.get("max_grad_norm") is not None else "–"
         flag = "**unstable**" if st["unstable"] else ""
         lines.append(f"| {label} | {top} | {ratio} | {st.get('where', '–')} | {st['loss_spikes']} | {flag} |")
+    return lines
 
-    lines += [
+
+def _step_times(arms: dict[str, Any]) -> list[str]:
+    """Each arm's median step time and its ratio to the baseline's."""
+    lines = [
         "",
         "## Training step time",
         "",
@@ -270,10 +326,12 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
     for label, e in arms.items():
         ratio = f"{e['step_time_ratio']:.3f}" if e["step_time_ratio"] else "–"
         lines.append(f"| {label} | {_fmt(e['step_time_median'], 4)} | {ratio} |")
+    return lines
 
-    if swept:  # a one-point grid is no sweep: its table would show each arm's one run as "best"
-        lines += _sweep_table(plan, arms)
 
+def _lr_checks(plan: Plan, arms: dict[str, Any]) -> list[str]:
+    """The check of each chosen rate at the largest budget against its grid neighbours (none without one)."""
+    lines: list[str] = []
     checks = {label: e["lr_check"] for label, e in arms.items() if e.get("lr_check")}
     if checks:
         first = next(iter(checks.values()))
@@ -294,13 +352,20 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
                 best = "best" if row["lr"] == chk["best_lr"] else ""
                 mark = chk["status"] if row["lr"] == chk["chosen_lr"] else best
                 lines.append(f"| {label} | {format_lr(row['lr'])} | {loss} | {mark} |")
-    if partial:
-        lines += _runs_so_far(plan, partial)
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
-        if "val_loss_vs_tokens" in plots and plan.report_split == "test":
-            lines += ["", f"The loss curves are validation losses during training: {CURVES_NOT_TEST}."]
-    lines += [
+    return lines
+
+
+def _plots(plan: Plan, plots: dict[str, Path]) -> list[str]:
+    if not plots:
+        return []
+    lines = ["", "## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()]
+    if "val_loss_vs_tokens" in plots and plan.report_split == "test":
+        lines += ["", f"The loss curves are validation losses during training: {CURVES_NOT_TEST}."]
+    return lines
+
+
+def _how_to_read(swept: bool, smoke: bool) -> list[str]:
+    lines = [
         "",
         "## How to read this",
         "",
@@ -325,7 +390,7 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         "- Every run's metrics: runs/<arm>/<budget>/seed<seed>/lr<lr>/metrics.jsonl; all numbers: report.json.",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _lr_cell(e: dict[str, Any]) -> str:

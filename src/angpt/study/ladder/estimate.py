@@ -99,6 +99,22 @@ def describe_ladder(
     nothing (their step times are not measured); a started size costs its unfinished runs. A larger size's store
     holding transferred LRs the smallest size has not settled yet is costed as reused, and marked so."""
     plans, known = plans or size_plans(ladder, out)
+    stored = {size.name: _stored(plan, size_dir(out, size.name)) for size, plan in zip(ladder.sizes, plans)}
+    lines = _size_table(ladder, stored, known)
+    cost = _cost(ladder, plans, stored, out, threads, measure)
+    lines.append(
+        f"runs: {cost.runs} ({cost.sweep_runs} in LR sweeps, the rest at each arm's best LR)"
+        + (f", {cost.finished} of them finished already" if cost.finished else "")
+        + f", + up to {cost.ext_runs} sweep extension(s); {si(cost.tokens)} tokens trained in all"
+        + (" (WSD branches count their decay only)" if ladder.schedule == "wsd" else "")
+    )
+    if measure:
+        lines += _timing_lines(ladder, cost, jobs, threads)
+    return "\n".join(lines)
+
+
+def _size_table(ladder: Ladder, stored: dict, known: bool) -> list[str]:
+    """The ladder's line, its schedule and LRs, and each size's shape, parameters, budgets and what is stored."""
     labels = [a.label for a in ladder.arms]
     lr_mode = "tuned on the smallest size and reused (--lr-transfer)" if ladder.lr_transfer else "tuned per size"
     sched = (
@@ -117,9 +133,6 @@ def describe_ladder(
         + " ".join(f"{'N ' + lab:>12}" for lab in labels)
         + "  budgets (tokens = steps, tokens per N)",
     ]
-    stored = {size.name: _stored(plan, size_dir(out, size.name)) for size, plan in zip(ladder.sizes, plans)}
-    lr_check = ladder.check_plan() if ladder.lr_transfer else None  # the transfer check's sweep, at the second size
-    lr_check_st = (_stored(lr_check, check_dir(out, ladder.sizes[1].name)) or _Stored()) if lr_check else None
     for size in ladder.sizes:
         s = size.shape
         n0 = size.params[ladder.baseline]
@@ -133,63 +146,79 @@ def describe_ladder(
             + " ".join(f"{si(size.params[lab]):>12}" for lab in labels)
             + f"  {budgets}{state}"
         )
-    total_s = total_max = 0.0
-    runs = sweep_runs = ext_runs = finished = 0
-    tokens = 0
-    timing = []
+    return lines
+
+
+@dataclass
+class _Cost:
+    """What a ladder's runs left cost: seconds (without and with every sweep extension), counts and tokens, and each
+    size's measured step and set-up times (None where nothing is left)."""
+
+    total_s: float = 0.0
+    total_max: float = 0.0
+    runs: int = 0
+    sweep_runs: int = 0
+    ext_runs: int = 0
+    finished: int = 0
+    tokens: int = 0
+    timing: list = field(default_factory=list)
+
+
+def _cost(ladder: Ladder, plans: list[Plan], stored: dict, out: Path, threads: int, measure: bool) -> _Cost:
+    lr_check = ladder.check_plan() if ladder.lr_transfer else None  # the transfer check's sweep, at the second size
+    lr_check_st = (_stored(lr_check, check_dir(out, ladder.sizes[1].name)) or _Stored()) if lr_check else None
+    c = _Cost()
     for i, (size, plan) in enumerate(zip(ladder.sizes, plans)):
         here = size_dir(out, size.name)
         st = stored[size.name] or _Stored()
         check, check_st = (lr_check, lr_check_st) if i == 1 else (None, None)
         left = not st.done or (check_st is not None and not check_st.done)
         step_t, setup = measure_step_times(plan, threads) if measure and left else ({}, {})
-        timing.append((size.name, step_t if left else None, setup))
+        c.timing.append((size.name, step_t if left else None, setup))
         planned = 0
         for a in plan.arms:
             grid = plan.initial_grid(a)
             t, su = step_t.get(a.label, 0.0), setup.get(a.label, 0.0)
-            sweep_runs += len(grid) if len(grid) > 1 else 0
+            c.sweep_runs += len(grid) if len(grid) > 1 else 0
             planned += len(grid) + len(plan.budgets) * len(plan.seeds) - 1
-            tokens += len(grid) * plan.sweep_budget
-            total_s += _sweep_left(plan, here, a) * estimate_run_seconds(plan, t, plan.sweep_budget, su)
+            c.tokens += len(grid) * plan.sweep_budget
+            c.total_s += _sweep_left(plan, here, a) * estimate_run_seconds(plan, t, plan.sweep_budget, su)
             if len(grid) > 1 and not st.settled:  # a settled sweep extends no more
-                ext_runs += plan.max_extensions
-                total_max += plan.max_extensions * estimate_run_seconds(plan, t, plan.sweep_budget, su)
+                c.ext_runs += plan.max_extensions
+                c.total_max += plan.max_extensions * estimate_run_seconds(plan, t, plan.sweep_budget, su)
             sec, tok = _main_cost(plan, ladder, t, su, st.mains.get(a.label, frozenset()))
-            total_s += sec
-            tokens += tok
+            c.total_s += sec
+            c.tokens += tok
             if check is not None:
                 n = len(check.initial_grid(a))
-                sweep_runs += n
+                c.sweep_runs += n
                 planned += n
-                tokens += n * check.sweep_budget
+                c.tokens += n * check.sweep_budget
                 left_check = _sweep_left(check, check_dir(out, size.name), a)
-                total_s += left_check * estimate_run_seconds(check, t, check.sweep_budget, su)
+                c.total_s += left_check * estimate_run_seconds(check, t, check.sweep_budget, su)
         done_here = st.runs + (check_st.runs if check_st is not None else 0)
-        runs += max(planned, done_here)
-        finished += done_here
-    total_max += total_s
+        c.runs += max(planned, done_here)
+        c.finished += done_here
+    c.total_max += c.total_s
+    return c
+
+
+def _timing_lines(ladder: Ladder, c: _Cost, jobs: int, threads: int) -> list[str]:
+    labels = [a.label for a in ladder.arms]
+    lines = [
+        f"step time (measured here: 1 warm-up, then the median of 3 training steps per arm, {threads} thread(s) "
+        "per job):"
+    ]
+    for name, step_t, setup in c.timing:
+        if step_t is None:
+            lines.append(f"  {name:<12} done: nothing left to train, not measured")
+            continue
+        lines.append(
+            f"  {name:<12} "
+            + ", ".join(f"{lab} {step_t[lab]:.3f} s/step (+{setup[lab]:.1f} s set-up)" for lab in labels)
+        )
     lines.append(
-        f"runs: {runs} ({sweep_runs} in LR sweeps, the rest at each arm's best LR)"
-        + (f", {finished} of them finished already" if finished else "")
-        + f", + up to {ext_runs} sweep extension(s); {si(tokens)} tokens trained in all"
-        + (" (WSD branches count their decay only)" if ladder.schedule == "wsd" else "")
+        f"estimated time: {hms(c.total_s / jobs)} with {jobs} job(s), up to {hms(c.total_max / jobs)} if every "
+        "sweep extension runs (set-up + steps x step time + validation passes; finished runs excluded)"
     )
-    if measure:
-        lines.append(
-            f"step time (measured here: 1 warm-up, then the median of 3 training steps per arm, {threads} thread(s) "
-            "per job):"
-        )
-        for name, step_t, setup in timing:
-            if step_t is None:
-                lines.append(f"  {name:<12} done: nothing left to train, not measured")
-                continue
-            lines.append(
-                f"  {name:<12} "
-                + ", ".join(f"{lab} {step_t[lab]:.3f} s/step (+{setup[lab]:.1f} s set-up)" for lab in labels)
-            )
-        lines.append(
-            f"estimated time: {hms(total_s / jobs)} with {jobs} job(s), up to {hms(total_max / jobs)} if every "
-            "sweep extension runs (set-up + steps x step time + validation passes; finished runs excluded)"
-        )
-    return "\n".join(lines)
+    return lines

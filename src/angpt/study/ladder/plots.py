@@ -34,15 +34,24 @@ def _save(plt, fig, path: Path) -> Path:
 
 
 def ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str, Path]:
-    files: dict[str, Path] = {}
+    """Loss against compute per arm; where laws were fitted, iso-loss contours, the frontiers and the exponents."""
     labels = [arm.label for arm in ladder.arms]
     runs = [r for r in a["runs"] if r["loss"] is not None and np.isfinite(r["loss"])]
-    sizes = [s.name for s in ladder.sizes]
-    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(sizes)))
     c_all = np.array([6.0 * r["N"] * r["D"] for r in runs])
-    c_lo, c_hi = c_all.min() / 2, c_all.max() * 100
-    cs = np.geomspace(c_lo, c_hi, 200)
+    cs = np.geomspace(c_all.min() / 2, c_all.max() * 100, 200)
+    files = {"loss_vs_compute": _loss_vs_compute(plt, out, ladder, a, labels, runs, cs)}
+    laws = {label: _law(a["arms"].get(label, {})) for label in labels}
+    laws = {k: v for k, v in laws.items() if v is not None}
+    if not laws:
+        return files
+    files["isoloss"] = _isoloss(plt, out, laws, runs, cs)
+    files["frontier"] = _frontier(plt, out, a, laws, runs, cs)
+    files["exponents"] = _exponents(plt, out, a, laws)
+    return files
 
+
+def _loss_vs_compute(plt, out: Path, ladder: Ladder, a: dict[str, Any], labels, runs, cs) -> Path:
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ladder.sizes)))
     # Loss against compute: runs coloured by size, the fitted law along each size, and the optimal frontier.
     fig, axes = plt.subplots(1, len(labels), figsize=(5.2 * len(labels), 4.2), squeeze=False, sharey=True)
     for ax, label in zip(axes[0], labels):
@@ -71,13 +80,10 @@ def ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str,
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("final validation loss (nats/token)")
     axes[0][-1].legend(fontsize=7)
-    files["loss_vs_compute"] = _save(plt, fig, out / "loss_vs_compute.png")
+    return _save(plt, fig, out / "loss_vs_compute.png")
 
-    laws = {label: _law(a["arms"].get(label, {})) for label in labels}
-    laws = {k: v for k, v in laws.items() if v is not None}
-    if not laws:
-        return files
 
+def _isoloss(plt, out: Path, laws, runs, cs) -> Path:
     # Iso-loss contours over (C, N) with the compute-optimal N*(C) and the runs (Chinchilla's Figure 4, left).
     fig, axes = plt.subplots(1, len(laws), figsize=(5.2 * len(laws), 4.2), squeeze=False)
     n_all = np.array([r["N"] for r in runs])
@@ -97,8 +103,10 @@ def ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str,
         ax.set_ylabel("parameters N")
         ax.set_title(f"{label}: iso-loss contours")
         ax.legend(fontsize=7)
-    files["isoloss"] = _save(plt, fig, out / "isoloss.png")
+    return _save(plt, fig, out / "isoloss.png")
 
+
+def _frontier(plt, out: Path, a: dict[str, Any], laws, runs, cs) -> Path:
     # Frontiers of every arm together, with the target loss of the compute multiplier.
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for label, law in laws.items():
@@ -116,8 +124,10 @@ def ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str,
     ax.set_title("compute-optimal frontier per arm")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    files["frontier"] = _save(plt, fig, out / "frontier.png")
+    return _save(plt, fig, out / "frontier.png")
 
+
+def _exponents(plt, out: Path, a: dict[str, Any], laws) -> Path:
     # Exponents with their intervals, side by side.
     names = [("alpha", "alpha"), ("beta", "beta"), ("n_exponent", "N* exponent"), ("d_exponent", "D* exponent")]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -141,5 +151,4 @@ def ladder_plots(plt, out: Path, ladder: Ladder, a: dict[str, Any]) -> dict[str,
     ax.set_title("fitted exponents")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    files["exponents"] = _save(plt, fig, out / "exponents.png")
-    return files
+    return _save(plt, fig, out / "exponents.png")

@@ -140,7 +140,20 @@ def _without_e(ladder: Ladder, a: dict[str, Any]) -> list[str]:
 
 
 def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
-    """The ladder sections of report.md (without the title and provenance)."""
+    """The ladder sections of report.md (without the title and provenance), section by section."""
+    lines = _sizes(ladder)
+    lines += _rates(ladder, a)
+    lines += ["", *render_fit_table(ladder, a)]
+    lines += _optimal(a)
+    lines += _versus(ladder, a)
+    if a.get("verdicts"):
+        lines += ["", "## Verdict", "", *(f"- {v}" for v in a["verdicts"])]
+    lines += _runs(a)
+    return lines
+
+
+def _sizes(ladder: Ladder) -> list[str]:
+    """Each size's shape, parameters, budgets and steps, with what N counts, the batch and the schedule."""
     labels = [arm.label for arm in ladder.arms]
     lines = ["## Ladder", ""]
     rows = []
@@ -192,6 +205,13 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
         "## Learning rates",
         "",
     ]
+    return lines
+
+
+def _rates(ladder: Ladder, a: dict[str, Any]) -> list[str]:
+    """Each arm's peak LR at each size, and the check of a transfer between sizes."""
+    labels = [arm.label for arm in ladder.arms]
+    lines: list[str] = []
     tuned = "tuned on the smallest size and reused (--lr-transfer)" if ladder.lr_transfer else "tuned per size"
     lines.append(
         f"Each arm's peak LR is {tuned} by compare's sweep (grid x{ladder.compare['lr_grid']} around its centre "
@@ -225,8 +245,11 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
                 + (f" ({chk['note']})" if chk.get("note") else "")
             )
 
-    lines += ["", *render_fit_table(ladder, a)]
+    return lines
 
+
+def _optimal(a: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     optimal = [(label, e["optimal"]) for label, e in a["arms"].items() if e.get("optimal")]
     if optimal:
         lines += ["", "## Compute-optimal sizes", ""]
@@ -239,6 +262,11 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
                 )
         lines += _table(["arm", "C = 6ND (FLOPs)", "N*", "D*", "D*/N*", "L*"], rows)
 
+    return lines
+
+
+def _versus(ladder: Ladder, a: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     versus = [(label, e["vs_baseline"]) for label, e in a["arms"].items() if e.get("vs_baseline")]
     if versus:
         lines += ["", f"## Against {ladder.baseline}", ""]
@@ -250,10 +278,11 @@ def render_ladder(ladder: Ladder, a: dict[str, Any]) -> list[str]:
         )
         lines.append("")
         lines += _versus_table(versus)
-    if a.get("verdicts"):
-        lines += ["", "## Verdict", "", *(f"- {v}" for v in a["verdicts"])]
+    return lines
 
-    lines += ["", "## Runs", ""]
+
+def _runs(a: dict[str, Any]) -> list[str]:
+    lines = ["", "## Runs", ""]
     rows = [
         [
             r["arm"],
