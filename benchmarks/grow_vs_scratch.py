@@ -39,7 +39,7 @@ import torch
 
 from angpt.data import load_meta
 from angpt.models import build_model
-from angpt.study.stats import mean, paired_ttest, std
+from angpt.stats import mean, paired_ttest, std
 from angpt.train.config import load_run_config
 from angpt.train.grow import grow_checkpoint
 from angpt.train.loop import train

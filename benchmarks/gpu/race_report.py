@@ -30,9 +30,9 @@ ROOT = HERE.parent / "gpu-race"
 if str(HERE.parents[1] / "src") not in sys.path:  # run from a source tree without an install, as the kit is
     sys.path.insert(0, str(HERE.parents[1] / "src"))
 
+from angpt.stats import detectable_difference, holm, mean_ci95, paired_ttest, speedups, std, usable  # noqa: E402
 from angpt.study.comparison.analyse import ALPHA, LEVEL_MARGIN  # noqa: E402
 from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM  # noqa: E402
-from angpt.study.stats import detectable_difference, holm, mean_ci95, paired_ttest, speedups, std, usable  # noqa: E402
 
 # The settings that define the race: two loans that differ in any of them measure different things.
 IDENTITY = (
