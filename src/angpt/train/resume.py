@@ -83,21 +83,10 @@ def _recipe_value(
 RESOLVED_FIXED = (
     "arch",
     "model",
-    "lr",
     "optimizer",
-    "weight_decay",
-    "warmup_steps",
-    "min_lr_ratio",
-    "schedule",
-    "decay_fraction",
-    "decay_shape",
     "betas",
-    "grad_clip",
-    "batch_tokens",
-    "micro_batch",
-    "seq_len",
-    "seed",
     "dtype",
+    *(k for k in FIXED_TRAIN if k not in ("beta1", "beta2")),
 )
 
 
