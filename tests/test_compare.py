@@ -1081,3 +1081,35 @@ def test_the_estimate_compiles_where_the_runs_compile_and_counts_the_compiling_a
     made.clear()
     times, setup = estimate.measure_step_times(eager, threads=1, steps=1)  # auto on a CPU: eager
     assert made == [] and setup["gpt+"] < 0.5
+
+
+def test_the_flags_every_study_shares_are_read_once_the_same_way(data_dir):
+    """`angpt compare` and `angpt scaling` read their shared flags through one function (study/flags.py): the same
+    flags give the same PlanOptions (less the batch, which a ladder and a batch study set per plan); the per-arm
+    rates and grids are parsed, bad ones refused in one line. The arms' checks are one function too: gpt+ is the
+    baseline where it is an arm, else the first; a label given twice and a baseline not among the arms are refused."""
+    from angpt.study.arms import check_arms, parse_arms
+    from angpt.study.flags import plan_options
+    from angpt.study.scaling.cli import add_scaling_parser
+
+    shared = ["--preset", "tiny", "--lr-grid", "0.5,1,2", "--lr", "angpt=3e-3", "--lr-values", "gpt+=1e-3:2e-3",
+              "--set", "model.d_model=32", "--eval-batches", "3", "--dtype", "fp32"]  # fmt: skip
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    add_compare_parser(sub)
+    add_scaling_parser(sub)
+    compare = parser.parse_args(["compare", "--data", str(data_dir), "--out", "x", *shared])
+    scaling = parser.parse_args(["scaling", "--data", str(data_dir), "--out", "x", *shared])
+    mine, theirs = plan_options(compare), plan_options(scaling)
+    assert mine == theirs
+    assert mine.lr == {"angpt": 3e-3} and mine.lr_values == {"gpt+": [1e-3, 2e-3]} and mine.lr_grid == [0.5, 1.0, 2.0]
+    assert mine.settings == ["model.d_model=32"] and mine.eval_batches == 3
+    bad = parser.parse_args(["compare", "--data", str(data_dir), "--out", "x", "--lr-values", "gpt+=1e-3:x"])
+    with pytest.raises(UserError, match="numbers separated by ':'"):
+        plan_options(bad)
+    assert check_arms(parse_arms(["angpt", "gpt+"], []), None) == "gpt+"
+    assert check_arms(parse_arms(["angpt", "ngpt"], []), None) == "angpt"
+    with pytest.raises(UserError, match="'angpt' is given twice"):
+        check_arms(parse_arms(["angpt", "angpt"], []), None)
+    with pytest.raises(UserError, match="baseline 'gpt' is not one of the ladder's arms"):
+        check_arms(parse_arms(["angpt"], []), "gpt", "the ladder's arms")
