@@ -18,6 +18,7 @@ fixed windows; at the end, validation (for the choice of rates) and test (for th
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -147,12 +148,20 @@ class ArmRunner:
         eval_every = int(race.get("eval_every", 0))
         t_start = t_last = time.perf_counter()
         done_at_last = 0
-        first_window_s = None
+        first_window_s, first_window_steps = None, 0
+        digest = []  # of the run's first batch: the same tokens in the same order for every arm of a seed
+
+        def next_batch():
+            batch = built.loader.next_batch()
+            if not digest:
+                digest.append(hashlib.sha256(batch[0].numpy().tobytes()).hexdigest()[:16])
+            return batch
+
         status, error = "finished", None
         val_loss = test_loss = None
         step = 0
         while step < run.steps:
-            loss = step_fn.accumulate(built.loader.next_batch)
+            loss = step_fn.accumulate(next_batch)
             norms.append(step_fn.clip())
             step_fn.apply()
             losses.append(loss)
@@ -166,7 +175,7 @@ class ArmRunner:
             now = time.perf_counter()
             n = step - done_at_last
             if first_window_s is None:
-                first_window_s = now - t_start  # the compiling (a first run), the allocator's warm-up
+                first_window_s, first_window_steps = now - t_start, n  # the compiling (a first run), the warm-up
             else:
                 windows.append((now - t_last) / n)
             for i, (lv, gv) in enumerate(zip(got.tolist(), got_norms.tolist())):
@@ -234,6 +243,7 @@ class ArmRunner:
             "test_loss": test_loss,
             "step_time": step_time,
             "first_window_s": round(first_window_s, 3) if first_window_s is not None else None,
+            "first_batch": digest[0] if digest else None,
             "curve": curve,
         }
         if error:
@@ -248,7 +258,7 @@ class ArmRunner:
                     out["mfu_datasheet"] = round(record["flops_per_token"] * tok_s / datasheet, 4)
         if first_window_s is not None and step_time:
             # what the first window took beyond its steps: the compiling (on the arm's first run) and warm-up
-            out["first_window_extra_s"] = round(max(0.0, first_window_s - step_time * min(check_every, step)), 2)
+            out["first_window_extra_s"] = round(max(0.0, first_window_s - step_time * first_window_steps), 2)
         return out
 
 

@@ -66,6 +66,12 @@ def si(x: float, digits: int = 3, giga: str = "G", kilo: str = "K") -> str:
     return f"{x:.{digits}g}"
 
 
+def count(n: float) -> str:
+    """A count as the dry run and the start-up summary say it: 4 significant digits, billions as B (`125.9M`,
+    `1.073B`, `3.072k`)."""
+    return si(n, digits=4, giga="B", kilo="k")
+
+
 def duration(seconds: float) -> str:
     """A duration in the unit a reader plans with: `40 s`, `12 min`, `3.5 h`, `4.2 days`."""
     if seconds < 120:

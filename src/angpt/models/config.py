@@ -3,8 +3,8 @@
 One dataclass covers every architecture (litgpt-style): fields that an architecture does not use are ignored by
 it. An architecture's own defaults live in one place, its registry entry (models/registry.py, `ArchSpec.config`):
 a field whose default differs between architectures defaults to ARCH_DEFAULT here, and `ModelConfig(arch=...)`
-takes the entry's value for it (it asks the registry: :func:`arch_defaults`), else the field's BASE value. So
-`ModelConfig(arch=x)` and `make_config(x)` are the same config. A stored config
+takes the entry's value for it (the registry hands its entries' defaults to ARCH_DEFAULTS when it registers them),
+else the field's BASE value. So `ModelConfig(arch=x)` and `make_config(x)` are the same config. A stored config
 (`from_dict`: a checkpoint's, a run's) reads a field it predates as its BASE value: the field did not exist, so the
 run had it off. Every open choice (docs/architectures.md#open-choices) is a field.
 """
@@ -67,14 +67,7 @@ BASE: dict[str, Any] = {
     "weight_norm": False,
     "attention": "dot",
 }
-
-
-def arch_defaults(arch: str) -> dict[str, Any]:
-    """The config defaults of architecture `arch`'s registry entry ({} for a name the registry does not know)."""
-    from angpt.models.registry import ARCHITECTURES  # the registry imports this module: asked when a config is made
-
-    spec = ARCHITECTURES.get(arch)
-    return spec.config if spec is not None else {}
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {}  # architecture -> its entry's defaults (filled by the registry)
 
 
 @dataclass
@@ -159,7 +152,7 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the config
 
     def __post_init__(self) -> None:
-        defaults = arch_defaults(self.arch)
+        defaults = ARCH_DEFAULTS.get(self.arch, {})
         for name in ARCH_FIELDS:
             if getattr(self, name) is ARCH_DEFAULT:
                 setattr(self, name, defaults.get(name, BASE[name]))

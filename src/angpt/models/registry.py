@@ -28,7 +28,7 @@ from angpt.errors import ConfigError
 from angpt.models import tokenformer
 from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
-from angpt.models.config import ARCH_FIELDS, CONTROLS, PRESETS, ModelConfig
+from angpt.models.config import ARCH_DEFAULTS, ARCH_FIELDS, CONTROLS, PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
 from angpt.models.folded import FoldedANGPT, FoldedGPT, FoldedNGPT
 from angpt.models.gpt import GPT
@@ -144,14 +144,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}  # name -> (architecture, c
 
 
 def register(spec: ArchSpec) -> ArchSpec:
-    """Add an architecture (a name may be registered once). Its config defaults are what `ModelConfig(arch=name)`
-    takes (models/config.py asks for them: arch_defaults)."""
+    """Add an architecture (a name may be registered once). Its config defaults become what
+    `ModelConfig(arch=name)` takes (models/config.py: ARCH_DEFAULTS)."""
     if spec.name in ARCHITECTURES or spec.name in VARIANTS:
         raise ValueError(f"architecture {spec.name!r} is already registered")
     unknown = sorted(set(spec.config) - set(ARCH_FIELDS))
     if unknown:
         raise ValueError(f"{spec.name}: config default {unknown[0]!r} is not an ARCH_DEFAULT field (models/config.py)")
     ARCHITECTURES[spec.name] = spec
+    ARCH_DEFAULTS[spec.name] = spec.config  # the entry's own dict: one place, whoever reads it
     return spec
 
 

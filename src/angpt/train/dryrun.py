@@ -351,7 +351,7 @@ def format_report(r: DryRunReport) -> str:
     c, m = r.model, r.memory
     where = {"ddp": f"DDP on {r.gpus} GPUs", "fsdp": f"FSDP2 on {r.gpus} GPUs", "single": "one process"}[r.dist]
     six_n = r.flops_per_token - r.flops_attention
-    per_run = duration(r.run_time)
+    per_run = units.duration(r.run_time)
     if r.gpu.name != "cpu":
         per_run += f" ({r.run_time * r.gpus / 3600:,.0f} GPU-hours)"
     peak = f"{r.gpu.peak_flops / 1e12:.1f} TFLOP/s bf16 dense"
@@ -361,13 +361,13 @@ def format_report(r: DryRunReport) -> str:
         f"angpt dry run: {r.arch}, preset {r.preset} (built on the meta device: nothing allocated, no data read)",
         f"  model        L={c.n_layers} d={c.d_model} H={c.n_heads} d_ff={c.ffn_dim} T={r.seq_len} V={c.vocab_size}; "
         f"vocabulary from {r.vocab_from}",
-        f"  parameters   {r.params:,} total ({si(r.params)}), "
-        f"{r.params_non_embedding:,} non-embedding ({si(r.params_non_embedding)})",
+        f"  parameters   {r.params:,} total ({units.count(r.params)}), "
+        f"{r.params_non_embedding:,} non-embedding ({units.count(r.params_non_embedding)})",
         f"  FLOPs/token  {r.flops_per_token:.3e} training = 6N {six_n:.3e} + attention 12LTd {r.flops_attention:.3e}"
         " (PaLM App. B, full T x T)",
         f"  batch        {r.batch_tokens:,} tokens/step = {r.gpus} GPU(s) x micro_batch {r.micro_batch} x "
         f"{r.seq_len} tokens x {r.accum} accumulation step(s)",
-        f"  run          {r.steps:,} steps = {si(r.tokens)} tokens",
+        f"  run          {r.steps:,} steps = {units.count(r.tokens)} tokens",
         f"  optimizer    {r.optimizer}",
         f"  memory/GPU   estimated for {where}, {r.dtype} compute, fp32 parameters and Adam states:",
         f"                 parameters, gradients, Adam m and v {_gb(m.states):>9}",
@@ -382,13 +382,7 @@ def format_report(r: DryRunReport) -> str:
     return "\n".join(lines)
 
 
-def si(n: float) -> str:
-    """A count with a suffix, 4 significant digits: `125.9M`, `3.072k` (the start-up summary speaks the same)."""
-    return units.si(n, digits=4, giga="B", kilo="k")
-
-
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-duration = units.duration

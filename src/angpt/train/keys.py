@@ -8,8 +8,7 @@ import dataclasses
 import inspect
 import re
 
-from angpt.models.config import ARCH_DEFAULT, BASE, ModelConfig, arch_defaults
-from angpt.models.registry import ARCHITECTURES
+from angpt.models.config import ARCH_DEFAULT, ARCH_DEFAULTS, BASE, ModelConfig
 from angpt.train.config import RunConfig, TrainConfig
 
 _FIELD = re.compile(r"^\s+(\w+): [^=#]+=[^#]*#\s*(.+)$")
@@ -32,7 +31,7 @@ def _show(value: object) -> str:
 def _default(f: dataclasses.Field, arch: str | None = None) -> str:
     if f.default is ARCH_DEFAULT:  # the architecture's: its registry entry's value, or the field's base one
         if arch is not None:
-            return _show(arch_defaults(arch).get(f.name, BASE[f.name]))
+            return _show(ARCH_DEFAULTS.get(arch, {}).get(f.name, BASE[f.name]))
         return "by arch"
     if f.default is not dataclasses.MISSING:
         return _show(f.default)
@@ -41,7 +40,7 @@ def _default(f: dataclasses.Field, arch: str | None = None) -> str:
 
 def _by_arch(name: str) -> str:
     """`[angpt 'mlp'; others 'none']`: a field whose default depends on the architecture, per registry entry."""
-    setting = {arch: spec.config[name] for arch, spec in ARCHITECTURES.items() if name in spec.config}
+    setting = {arch: d[name] for arch, d in ARCH_DEFAULTS.items() if name in d}
     shown = "; ".join(f"{arch} {_show(v)}" for arch, v in setting.items())
     return f" [{shown}; others {_show(BASE[name])}]"
 

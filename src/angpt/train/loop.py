@@ -414,6 +414,7 @@ class Trainer:
             print(line, file=sys.stderr)
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
+        self.before_step = registry.of(self.base).before_step  # the architecture's hook, if any, before every step
         self.model.train()
         start_norms = None  # logged with the first step, so that a run's rows hold every measurement of the watch
         if self.watch is not None and self.step < tc.max_steps:
@@ -451,7 +452,7 @@ class Trainer:
         spiked (the failing step's row is logged with the error first, so metrics.jsonl shows where and how
         training failed): (loss, gradient norm before clipping, seconds)."""
         tc, info = self.tc, self.info
-        before_step = registry.of(self.base).before_step
+        before_step = self.before_step
         note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
         if note and info.is_main:
             print(note, file=sys.stderr)

@@ -257,7 +257,6 @@ def reinitialise(model: nn.Module, run: ResolvedRun) -> None:
         raise ValueError("reinitialise: the model was built for another model config")
     torch.manual_seed(run.seed)
     fresh = model_from_config(run.model)
-    fresh.fused_loss = run.fused_loss
     for (name, p), (other, q) in zip(base.named_parameters(), fresh.named_parameters(), strict=True):
         if name != other:
             raise ValueError(f"reinitialise: parameter {name} where a new model has {other}")

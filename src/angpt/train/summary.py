@@ -12,12 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from angpt.units import duration, si
-
-
-def _count(n: float) -> str:
-    return si(n, digits=4, giga="B", kilo="k")
-
+from angpt.units import count, duration
 
 TIMED_AFTER = 3  # steps of this process; the first is left out of the estimate (memory, kernels)
 
@@ -52,13 +47,13 @@ class RunSummary:
 
 def startup_lines(s: RunSummary) -> list[str]:
     """The summary printed before step 1 (rank 0)."""
-    params = f"{s.params:,} parameters ({_count(s.params)})"
+    params = f"{s.params:,} parameters ({count(s.params)})"
     if s.params_non_embedding is not None:
         params += f", {s.params_non_embedding:,} non-embedding"
     geometry = f"micro_batch {s.micro_batch} x {s.seq_len} tokens x {s.accum} accumulation step(s)"
     if s.world_size > 1:
         geometry = f"{s.world_size} processes x {geometry}"
-    run = f"{s.max_steps:,} steps x {s.batch_tokens:,} = {s.tokens:,} tokens ({_count(s.tokens)})"
+    run = f"{s.max_steps:,} steps x {s.batch_tokens:,} = {s.tokens:,} tokens ({count(s.tokens)})"
     if s.step:
         run = f"resuming at step {s.step:,} of {s.max_steps:,}; {run}"
     passes = s.tokens / max(s.train_tokens, 1)
