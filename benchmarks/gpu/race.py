@@ -210,7 +210,13 @@ class ArmRunner:
             per_step = _median(windows) if windows else (first_window_s or 0) / max(1, step)
             if on_check is not None:
                 on_check({"step": step, "steps": run.steps, "step_time": per_step})
-            if deadline is not None and not last and time.time() + per_step * (run.steps - step) * 1.02 > deadline:
+            # the first window holds the compiling: the projection waits for a window of steps alone
+            if (
+                deadline is not None
+                and windows
+                and not last
+                and time.time() + per_step * (run.steps - step) * 1.02 > deadline
+            ):
                 status = "cut"
                 error = f"stopped at step {step} of {run.steps}: the rest would end past the loan's deadline"
                 break
