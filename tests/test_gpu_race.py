@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,26 @@ def test_mismatched_settings_are_refused_and_stale_or_foreign_runs_are_named():
     assert "Left out (run at a rate no longer chosen)" in md and "gpt+ @ 0.001, seed 3" in md
 
 
+def test_the_race_is_what_its_runs_ran_and_an_unfinished_tuning_is_screened_at_its_best_so_far():
+    """A loan of another plan (issue 37's: other race settings, no race run) neither sets the race's shape nor
+    blocks it (the report of 2026-11-28 took its settings and found no run); the tuning screen gives an arm whose
+    best rate is at its grid's edge at that rate, saying what is still to run."""
+    old = copy.deepcopy(RACE)
+    old["seq_len"] = 2048
+    loans = [_loan("2026-11-27-H200", [{"stage": "speed", "key": "s", "status": "done"}], race=old),
+             _loan("2026-12-01-H100", _tuning(angpt=(3.40, 3.20, 3.10)))]  # fmt: skip
+    a = rr.analyse(loans)
+    assert a["race"]["seq_len"] == RACE["seq_len"]
+    assert a["rates"]["gpt+"]["lr"] == 2e-3 and a["rates"]["angpt"]["todo"] == [1.6e-2]
+    row = a["tuning_screen"]["arms"]["angpt"]
+    assert row["lr"] == 8e-3 and row["tuning"] == "to run: 0.016"
+    assert row["val_diff"] == pytest.approx(3.10 - 3.20)
+    assert "| angpt | 0.008 | to run: 0.016 | 3.1000 | -0.1000 |" in rr.render(a)
+    # nor does a later loan that ran no race run (a speed profile, say); before any race run the newest loan's stand
+    assert rr.analyse([*loans[1:], loans[0]])["race"]["seq_len"] == RACE["seq_len"]
+    assert rr.analyse(loans[:1])["race"]["seq_len"] == 2048
+
+
 def test_the_report_cli_refuses_in_one_line(tmp_path):
     loans = _three_loans()
     loans[1]["settings"]["race"] = {**RACE, "steps": 1000}
@@ -341,19 +362,27 @@ def _settings(profile="loan"):
     return load_yaml((GPU / "settings.yaml").read_text())[profile]
 
 
-def test_the_next_loan_tunes_and_each_loan_after_it_adds_two_seeds_within_the_limit():
-    """Issue 45's plan on the H200's measured numbers (the first loan's GPT+ compiled at gpt2-small): the next loan
-    tunes both arms at three rates each over the full budget, and each loan after it holds two whole seeds (both
-    arms at both budgets), at the shape's floors, within 570 s. `kit.py --plan --loan --json` prints the same."""
+def _plan(tmp_path, *loans):
+    """`kit.py --plan --loan --json` over copies of the named committed loans' folders."""
+    root = tmp_path / "gpu-race"
+    for name in loans:
+        shutil.copytree(FIRST_LOAN.parent.parent / name, root / name)
     res = subprocess.run(
-        [sys.executable, str(GPU / "kit.py"), "--plan", "--loan", "--json"],
+        [sys.executable, str(GPU / "kit.py"), "--plan", "--loan", "--json", "--race-root", str(root)],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    got = json.loads(res.stdout)
+    return json.loads(res.stdout)
+
+
+def test_the_next_loan_tunes_and_each_loan_after_it_adds_two_seeds_within_the_limit(tmp_path):
+    """Issue 45's plan on the H200's measured numbers (the first loan's GPT+ compiled at gpt2-small): the next loan
+    tunes both arms at three rates each over the full budget, and each loan after it holds two whole seeds (both
+    arms at both budgets), at the shape's floors, within 570 s. `kit.py --plan --loan --json` prints the same."""
+    got = _plan(tmp_path, FIRST_LOAN.parent.name)
     cfg = _settings()
     race = cfg["race"]
     shape = got["shape"]
@@ -375,6 +404,18 @@ def test_the_next_loan_tunes_and_each_loan_after_it_adds_two_seeds_within_the_li
     assert got["assumptions"]["mfu"]["datasheet_tflops"] == pytest.approx(989.5)
     assert list(got["assumptions"]["mfu"]["gpt+"])[:2] == ["tflops", "of_datasheet"]
     assert "GPT+'s compiled 360 TFLOP/s at gpt2-small" in got["assumptions"]["step_s"]
+
+
+def test_after_the_tuning_loan_the_next_finishes_angpts_grid_then_seeds_follow(tmp_path):
+    """On the loans of 2026-11-27 and 2026-11-28 (GPT+'s best rate inside its grid, anGPT's at the upper edge,
+    0.008): the next loan runs anGPT at 0.016 first, with the arm's compiling as measured (not the assumed 45 s),
+    and the loans after it hold two whole seeds each within 570 s."""
+    got = _plan(tmp_path, FIRST_LOAN.parent.name, "2026-11-28-H200")
+    first = got["runs"][0]
+    assert (first["arm"], first["lr"], first["role"]) == ("angpt", 0.016, "tune")
+    assert not [r for r in got["runs"] if r["arm"] == "gpt+" and r["role"] == "tune"]  # GPT+'s tuning is done
+    assert "measured at the race's shape" in got["assumptions"]["step_s"]
+    assert got["later"] and all(len(x["seeds"]) >= 2 and x["total_s"] <= 570 for x in got["later"])
 
 
 def test_costs_take_what_loans_measured_first():
@@ -564,6 +605,38 @@ def test_runs_on_one_model_equal_separate_angpt_train_runs(data_dir, tmp_path):
             assert [r["loss"] for r in got["curve"] if "loss" in r] == losses
             assert got["val_loss"] == ref.val_loss
             assert got["warmup_steps"] == (max(1, int(0.05 * steps)) if arch_warms(arm) else 0)
+
+
+def test_the_deadline_projects_from_steps_alone_never_from_the_compiling_window(data_dir, monkeypatch):
+    """A run is cut when the rest of its steps would end past the deadline, judged from the windows after the first:
+    the first holds the arm's compiling (the H200 loan of 2026-11-28 cut its first run at step 25 on 30 s of it).
+    Checked failing with the first window counted."""
+    import angpt.train.step as step_mod
+
+    race_mod = _module("race")
+    spec = {"preset": "tiny", "model": {"d_model": 32, "n_layers": 2, "n_heads": 2}, "seq_len": 32,
+            "batch_tokens": 256, "micro_batch": 4, "eval_every": 0, "eval_batches": 1, "log_every": 1,
+            "compile": False}  # fmt: skip
+    runner = race_mod.ArmRunner("gpt+", spec, {"dtype": "fp32", "device": "cpu"}, {"dir": str(data_dir)})
+    real, calls = step_mod.TrainStep.accumulate, []
+
+    def slow(delays):
+        def accumulate(self, *a, **kw):
+            calls.append(1)
+            time.sleep(delays(len(calls)))
+            return real(self, *a, **kw)
+
+        return accumulate
+
+    # a slow first step (the compiling), fast ones after it: the projection of 1.5 s / 3 steps would overshoot
+    monkeypatch.setattr(step_mod.TrainStep, "accumulate", slow(lambda n: 1.5 if n == 1 else 0.0))
+    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 12), check_every=3, deadline=time.time() + 4.0)
+    assert got["status"] == "finished" and got["steps_done"] == 12, got.get("error")
+    # steps that truly do not fit are cut at the first window after the first
+    calls.clear()
+    monkeypatch.setattr(step_mod.TrainStep, "accumulate", slow(lambda n: 0.2))
+    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 30), check_every=3, deadline=time.time() + 3.0)
+    assert got["status"] == "cut" and got["steps_done"] == 6, got
 
 
 def arch_warms(arm):

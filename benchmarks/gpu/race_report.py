@@ -75,12 +75,15 @@ def race_settings(loan: dict) -> dict | None:
     return {"race": s["race"], "corpus": s.get("corpus", {})} if "race" in s else None
 
 
+def ran_race(loan: dict) -> bool:
+    """Whether the loan ran a tuning or seed run (a loan of issue 37's plan may carry other race settings)."""
+    return any(p["stage"] in ("tune", "seed") and p.get("runs") for p in loan.get("pieces", []))
+
+
 def check_settings(loans: list[dict]) -> None:
     """RaceError unless every loan that ran a tuning or seed run shares the race's defining settings."""
     first: tuple[str, dict] | None = None
-    for loan in loans:
-        if not any(p["stage"] in ("tune", "seed") and p.get("runs") for p in loan.get("pieces", [])):
-            continue
+    for loan in filter(ran_race, loans):
         s = race_settings(loan)
         if s is None:
             raise RaceError(f"loan {loan['loan']} ran race runs but recorded no race settings")
@@ -194,7 +197,9 @@ def verdict_word(
 def analyse(loans: list[dict]) -> dict[str, Any]:
     """The whole race so far: settings, rates, pairs, per-budget statistics, speedup, horizon, warnings."""
     check_settings(loans)
-    ref = next((race_settings(x) for x in loans if race_settings(x)), None)
+    # the race is what its runs ran; before any, the newest loan's settings
+    raced = [x for x in loans if ran_race(x)] or [x for x in reversed(loans) if race_settings(x)]
+    ref = race_settings(raced[0]) if raced else None
     if ref is None:
         return {"race": None, "loans": [x["loan"] for x in loans]}
     race = ref["race"]
@@ -301,10 +306,17 @@ def tuning_screen(race: dict, rates: dict, tune_runs: list[dict]) -> dict[str, A
                 chosen[r["arm"]] = r
     out: dict[str, Any] = {"seed": race["tuning_seed"], "baseline": base, "arms": {}}
     for arm, r in chosen.items():
-        out["arms"][arm] = {"lr": r["lr"], "val_loss": _loss(r.get("val_loss")), "test_loss": _loss(r.get("test_loss"))}
+        out["arms"][arm] = {
+            "lr": r["lr"],
+            "val_loss": _loss(r.get("val_loss")),
+            "test_loss": _loss(r.get("test_loss")),
+            "tuning": "finished"
+            if rates[arm]["finished"]
+            else "to run: " + ", ".join(f"{x:g}" for x in rates[arm]["todo"]),
+        }
     if base in chosen:
         for arm, row in out["arms"].items():
-            if arm != base and rates[arm]["finished"] and rates[base]["finished"]:
+            if arm != base:
                 row["val_diff"] = row["val_loss"] - out["arms"][base]["val_loss"]
                 row["test_diff"] = row["test_loss"] - out["arms"][base]["test_loss"]
     return out
@@ -484,15 +496,17 @@ def _render_tuning_screen(a: dict[str, Any]) -> list[str]:
         f"## The tuning seed at the chosen rates (seed {ts['seed']}): a one-seed screen",
         "",
         "Each arm's full run at the rate its validation loss chose, on the tuning seed: a tuned comparison of one "
-        "seed, whose rates were chosen on these same runs. A screen, not a reported number.",
+        "seed, whose rates were chosen on these same runs. A screen, not a reported number. While an arm's tuning "
+        "is not finished (its best rate at an edge of its grid), its row is its best rate so far: more tuning can "
+        "only lower its validation loss.",
         "",
-        f"| arm | lr | final val loss | - {ts['baseline']} | final test loss | - {ts['baseline']} |",
-        "|---|---|---|---|---|---|",
+        f"| arm | lr | tuning | final val loss | - {ts['baseline']} | final test loss | - {ts['baseline']} |",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm, r in rows.items():
         out.append(
-            f"| {arm} | {r['lr']:g} | {_f(r['val_loss'])} | {_f(r.get('val_diff'), '+.4f')} | {_f(r['test_loss'])} "
-            f"| {_f(r.get('test_diff'), '+.4f')} |"
+            f"| {arm} | {r['lr']:g} | {r.get('tuning', '-')} | {_f(r['val_loss'])} | {_f(r.get('val_diff'), '+.4f')} "
+            f"| {_f(r['test_loss'])} | {_f(r.get('test_diff'), '+.4f')} |"
         )
     return out
 
