@@ -384,5 +384,3 @@ def format_report(r: DryRunReport) -> str:
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
