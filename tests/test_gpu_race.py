@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -620,22 +619,33 @@ def test_the_deadline_projects_from_steps_alone_never_from_the_compiling_window(
     runner = race_mod.ArmRunner("gpt+", spec, {"dtype": "fp32", "device": "cpu"}, {"dir": str(data_dir)})
     real, calls = step_mod.TrainStep.accumulate, []
 
+    class Clock:  # the run's clock moves only by what each step is said to take: the machine's load plays no part
+        now = 1000.0
+
+        def time(self):
+            return self.now
+
+        perf_counter = time
+
+    clock = Clock()
+    monkeypatch.setattr(race_mod, "time", clock)
+
     def slow(delays):
         def accumulate(self, *a, **kw):
             calls.append(1)
-            time.sleep(delays(len(calls)))
+            clock.now += delays(len(calls))
             return real(self, *a, **kw)
 
         return accumulate
 
     # a slow first step (the compiling), fast ones after it: the projection of 1.5 s / 3 steps would overshoot
-    monkeypatch.setattr(step_mod.TrainStep, "accumulate", slow(lambda n: 1.5 if n == 1 else 0.0))
-    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 12), check_every=3, deadline=time.time() + 4.0)
+    monkeypatch.setattr(step_mod.TrainStep, "accumulate", slow(lambda n: 1.5 if n == 1 else 0.01))
+    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 12), check_every=3, deadline=clock.now + 4.0)
     assert got["status"] == "finished" and got["steps_done"] == 12, got.get("error")
     # steps that truly do not fit are cut at the first window after the first
     calls.clear()
     monkeypatch.setattr(step_mod.TrainStep, "accumulate", slow(lambda n: 0.2))
-    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 30), check_every=3, deadline=time.time() + 3.0)
+    got = runner.run(race_mod.Run("gpt+", 4e-3, 0, 30), check_every=3, deadline=clock.now + 3.0)
     assert got["status"] == "cut" and got["steps_done"] == 6, got
 
 
