@@ -31,16 +31,28 @@ def resolve(data, path: str):
 
 
 def holm_adjusted(report: dict, label: str, budget_index: int) -> float:
-    """The Holm-adjusted p of `label` against the baseline at a budget, over every paired test in the report."""
-    tests = [
-        (lab, i, r["difference"]["paired"]["p"])
-        for lab, e in report["arms"].items()
-        for i, r in enumerate(e["budgets"])
-        if (r.get("difference") or {}).get("paired")
-    ]
-    adjusted = dict(zip([t[:2] for t in tests], holm([p for *_, p in tests])))
+    """The Holm-adjusted p of `label` against the baseline at a budget, over every distinct paired test in the
+    report: two arm names whose per-seed losses at a budget are the same runs are one test (issue 48)."""
+    from angpt.study.comparison.analyse import reported
+
+    family: dict = {}
+    for lab, e in report["arms"].items():
+        for i, r in enumerate(e["budgets"]):
+            if (r.get("difference") or {}).get("paired"):
+                family.setdefault(same_runs(r), []).append((lab, i, r["difference"]["paired"]["p"]))
+    keys = list(family)
+    adjusted = dict(zip(keys, holm([family[k][0][2] for k in keys])))
     n = len(report["arms"][label]["budgets"])
-    return adjusted[(label, budget_index % n)]
+    row = report["arms"][label]["budgets"][budget_index % n]
+    assert reported(row)
+    return adjusted[same_runs(row)]
+
+
+def same_runs(row: dict) -> tuple:
+    """A budget's runs, told by what they measured: the budget and the per-seed losses."""
+    from angpt.study.comparison.analyse import reported
+
+    return row["budget"], tuple(sorted(reported(row).items()))
 
 
 def load_report(path: Path):
@@ -212,14 +224,15 @@ def adjusted(report: dict, arm: str, budget: int, baseline: str | None = None) -
     from angpt.study.comparison.analyse import reported
 
     base, own = baseline or report["baseline"], report["baseline"]
-    family = {}
+    family, seen = {}, set()
     for label, entry in report["arms"].items():
         if label == own:
             continue
         for i, row in enumerate(entry["budgets"]):
             n, ci, mean, p = paired(reported(row), reported(report["arms"][own]["budgets"][i]))
-            if n >= 2:
-                family[(label, own, i)] = (n, ci, mean, p)
+            if n >= 2 and (same_runs(row) not in seen or (label, i) == (arm, budget % len(entry["budgets"]))):
+                family[(label, own, i)] = (n, ci, mean, p)  # the same runs under two arm names: one test
+                seen.add(same_runs(row))
     key = (arm, base, budget % len(report["arms"][arm]["budgets"]))
     if key not in family:  # another pair than the report's own tests (another baseline): one test more in the family
         family[key] = paired(*(reported(report["arms"][x]["budgets"][key[2]]) for x in (arm, base)))

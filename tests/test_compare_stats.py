@@ -355,6 +355,52 @@ def test_the_level_margin_is_the_one_docs_protocol_states():
 
     protocol = (ROOT / "docs" / "protocol.md").read_text()
     stated = re.search(
-        r"called \*\*level\*\* only when the interval of their difference lies within \+-([0-9.]+) nats", protocol
+        r"called \"level\" only when the interval of their difference lies within \+-([0-9.]+) nats", protocol
     )
     assert stated and float(stated.group(1)) == LEVEL_MARGIN == 0.02
+
+
+def test_a_holm_family_counts_runs_shared_by_two_arm_names_once():
+    """evidence-cpu-v3 named anGPT's runs twice (`angpt` and `angpt_at_2Mi_lr=angpt` at 0.032, the rate angpt's sweep
+    chose): 24 paired tests, of which 3 repeat another's runs (identical per-seed losses). The family is the 21
+    distinct comparisons, and both names of one get its one adjusted p."""
+    from types import SimpleNamespace
+
+    from angpt.stats import holm
+    from angpt.study.comparison.analyse import correct_for_multiplicity
+
+    report = json.loads((ROOT / "benchmarks/evidence-cpu-v3/report.json").read_text())
+    arms, baseline = report["arms"], report["baseline"]
+    distinct: dict = {}  # by the per-seed losses themselves, not by the arms' settings
+    for label, e in arms.items():
+        for r in e["budgets"] if label != baseline else []:
+            if (r.get("difference") or {}).get("paired"):
+                distinct.setdefault((r["budget"], tuple(sorted(r["val_loss"].items()))), r["difference"]["paired"]["p"])
+    assert len(distinct) == 21
+    want = dict(zip(distinct, holm(list(distinct.values()))))
+    plan = SimpleNamespace(baseline=baseline, budgets=report["plan"]["budgets"])
+    family = correct_for_multiplicity(plan, arms)
+    assert family["n_tests"] == 21 and "3 of an arm whose runs are another arm's" in family["family"]
+    for label, e in arms.items():
+        for r in e["budgets"] if label != baseline else []:
+            key = (r["budget"], tuple(sorted(r["val_loss"].items())))
+            assert r["difference"]["paired"]["p_holm"] == pytest.approx(want[key], rel=1e-12), (label, r["budget"])
+
+
+def test_below_the_horizon_no_p_value_is_printed_bare(data_dir):
+    """An 8-step comparison's "20% lower, p = 0.0075" invites the reading the horizon rule forbids: in a smoke test's
+    verdict every p-value is followed by what it is, and the difference table says none of its p-values is evidence;
+    above the horizon neither is said."""
+    from angpt.study.comparison.analyse import SMOKE_P, correct_for_multiplicity
+    from angpt.study.comparison.render import _difference_intro
+
+    budgets = [2048, 4096]
+    base = {2048: [3.0, 3.1, 2.9], 4096: [2.6, 2.7, 2.5]}
+    cand = {2048: [2.4, 2.5, 2.35], 4096: [2.0, 2.12, 1.95]}
+    plan, arms = _analysed(data_dir, base, cand, budgets)
+    family = correct_for_multiplicity(plan, arms)
+    smoke, long = verdict(plan, "angpt", arms["angpt"], smoke=True), verdict(plan, "angpt", arms["angpt"])
+    assert "p=" in smoke and SMOKE_P in smoke
+    assert SMOKE_P not in long and smoke.replace(SMOKE_P, "").removeprefix("smoke test: ") == long
+    assert "no difference here is evidence" in _difference_intro(plan, family, smoke=True)
+    assert "no difference here is evidence" not in _difference_intro(plan, family)

@@ -35,17 +35,19 @@ def critical_batch(batches: list[int], losses: list[float], tolerance: float = D
 
 
 def analyse_batch(out: Path) -> dict[str, Any] | None:
-    """The study's losses per arm and batch (mean over seeds) and each arm's critical batch; None without a study."""
+    """The study's losses per arm and batch (mean over seeds) and each arm's critical batch; None without a study.
+
+    A batch where a seed diverged (or failed) has an infinite mean, so it is never the critical batch, and is listed
+    under the arm's ``diverged`` ({batch: [seeds]}); a batch whose every sweep LR diverged is in ``sweep_diverged``.
+    Seeds not finished yet are in ``missing`` ({batch: [seeds]}) and the study's ``unfinished``."""
     from angpt.study.stored import Unfinished, settle_sweeps
 
     path = Path(out) / BATCH_FILE
     if not path.is_file():
         return None
     study = BatchStudy.from_dict(json.loads(path.read_text()))
-    arms: dict[str, Any] = {}
+    arms: dict[str, Any] = {a.label: _empty_entry() for a in study.arms}
     unfinished = []
-    for a in study.arms:
-        arms[a.label] = {"batches": [], "lr": {}, "loss": {}, "per_seed": {}}
     for b in study.batch_sizes:
         try:
             plan, sweeps, runs = settle_sweeps(batch_dir(out, b))
@@ -54,22 +56,11 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
             continue
         for a in study.arms:
             lr = sweeps[a.label][plan.sweep_budget].best_lr
-            if lr is None:
-                arms[a.label]["loss"][b] = math.inf
-                continue
-            vals = []
-            for s in study.seeds:
-                rec = runs.known(RunSpec(a.label, study.tokens, s, lr))
-                if rec is None:
-                    continue
-                ok = rec["status"] == "finished" and rec.get("val_loss") is not None
-                vals.append(float(rec["val_loss"]) if ok else math.inf)
-            if vals:
-                arms[a.label]["per_seed"][b] = vals
-                arms[a.label]["loss"][b] = sum(vals) / len(vals)
-                arms[a.label]["lr"][b] = lr
-    for a in study.arms:
-        entry = arms[a.label]
+            missing = _add_batch(arms[a.label], study, a.label, b, lr, runs)
+            if missing:
+                seeds = ", ".join(map(str, missing))
+                unfinished.append(f"batch {format_tokens(b)}: {a.label} seed(s) {seeds} not finished")
+    for entry in arms.values():
         bs = sorted(entry["loss"])
         entry["batches"] = bs
         entry["critical"] = critical_batch(bs, [entry["loss"][b] for b in bs], study.tolerance)
@@ -83,3 +74,60 @@ def analyse_batch(out: Path) -> dict[str, Any] | None:
         "arms": arms,
         "unfinished": unfinished,
     }
+
+
+def _empty_entry() -> dict[str, Any]:
+    return {"batches": [], "lr": {}, "loss": {}, "per_seed": {}, "diverged": {}, "sweep_diverged": [], "missing": {}}
+
+
+def _add_batch(entry: dict[str, Any], study: BatchStudy, label: str, b: int, lr: float | None, runs) -> list[int]:
+    """One arm's batch b into `entry`: each seed's loss, their mean (inf where a seed diverged: the batch counts as
+    diverged, never as the mean of the seeds that trained), the seeds that diverged; returns the seeds not done."""
+    if lr is None:  # every LR of the batch's sweep diverged: no seed trained there
+        entry["loss"][b] = math.inf
+        entry["sweep_diverged"].append(b)
+        return []
+    losses, missing = _seed_losses(study, runs, label, lr)
+    if missing:
+        entry["missing"][b] = missing
+    if not losses:
+        return missing
+    diverged = [s for s, x in losses.items() if not math.isfinite(x)]
+    if diverged:
+        entry["diverged"][b] = diverged
+    entry["per_seed"][b] = losses
+    entry["loss"][b] = math.inf if diverged else sum(losses.values()) / len(losses)
+    entry["lr"][b] = lr
+    return missing
+
+
+def _seed_losses(study: BatchStudy, runs, label: str, lr: float) -> tuple[dict[int, float], list[int]]:
+    """Each seed's final loss at the batch's chosen LR (inf: the run diverged or failed) and the seeds with no
+    record yet. A diverged seed is kept as inf, never left out: a mean over the others would pass for the batch's."""
+    losses: dict[int, float] = {}
+    missing = []
+    for s in study.seeds:
+        rec = runs.known(RunSpec(label, study.tokens, s, lr))
+        if rec is None:
+            missing.append(s)
+            continue
+        loss = rec.get("val_loss") if rec["status"] == "finished" else None
+        losses[s] = float(loss) if loss is not None and math.isfinite(float(loss)) else math.inf
+    return losses, missing
+
+
+def batch_warnings(batch: dict[str, Any]) -> list[str]:
+    """The study's warnings: a critical batch that is only a lower bound, and every batch where a seed diverged."""
+    out = []
+    for label, e in batch["arms"].items():
+        c = e["critical"]
+        if c["critical"] is not None and c["at_largest"]:
+            out.append(f"{label}: the critical batch is the largest batch tried; add larger batches to find it")
+        for b, seeds in sorted(e["diverged"].items()):
+            out.append(
+                f"{label}: seed(s) {', '.join(map(str, seeds))} of {len(batch['seeds'])} diverged at batch "
+                f"{format_tokens(b)}: the batch counts as diverged (never the critical batch)"
+            )
+        for b in e["sweep_diverged"]:
+            out.append(f"{label}: every LR of its sweep diverged at batch {format_tokens(b)}")
+    return out

@@ -74,9 +74,10 @@ def _speedup_block(plan: Plan, base: ArmRuns, cand: ArmRuns, diff_at_largest: fl
             if r.reach.status in bounds:
                 bounds[r.reach.status].append(r.speedup)
         per_seed[str(s)] = {"per_budget": [r.to_dict() for r in rows], "mean": m, "n_used": len(vals)}
-    # The same measure on the seed-averaged curves (diverged runs make a mean infinite: left out).
-    bm = [mean(_finite(base.final.get(b, {}).values())) for b in plan.budgets]
-    cm = [mean(_finite(cand.final.get(b, {}).values())) for b in plan.budgets]
+    # The same measure on the seed-averaged curves. A seed that diverged makes its budget's mean infinite, as it
+    # is in its own seed's curve: that budget sets no target, and the arm's curve does not reach a loss there.
+    bm = [mean(list(base.final.get(b, {}).values())) for b in plan.budgets]
+    cm = [mean(list(cand.final.get(b, {}).values())) for b in plan.budgets]
     of_means = None
     if all(x is not None for x in bm + cm):
         rows = speedups(plan.budgets, bm, cm, extrapolate=ext)  # type: ignore[arg-type]
@@ -227,6 +228,8 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
                 f"{split}_bpb_std": std(bpbs),
                 "n": len(fin),
                 "diverged": len(losses) - len(_finite(losses)),
+                # which seeds: the mean, the bits per byte and the paired test cover the others only
+                "diverged_seeds": [s for s, x in listed.final.get(b, {}).items() if not math.isfinite(x)],
             }
             if arm.label != plan.baseline:
                 bfin = _finite(base.final.get(b, {}).values())
@@ -235,6 +238,7 @@ def analyse(plan: Plan, runs: dict[str, ArmRuns], sweeps: Sweeps) -> dict[str, A
                 row["compared"] = not listed.missing.get(b) and not all_runs[plan.baseline].missing.get(b)
                 row["difference"] = _difference(plan, base, r, b) if row["compared"] else dict(_MISSING_DIFFERENCE)
                 row["welch"] = row["difference"]["welch"]
+                row["left_out"] = _left_out(arm.label, row, plan.baseline, base.final.get(b, {}))
             entry["budgets"].append(row)
         st = median(r.step_times)
         entry["step_time_median"] = st
@@ -255,15 +259,16 @@ def correct_for_multiplicity(plan: Plan, arms: dict[str, Any]) -> dict[str, Any]
     """Holm-adjust the paired p-values of every arm against the baseline at every budget, as one family, into
     each test's "p_holm"; an arm's speedup counts as established only if its difference at the largest budget
     survives the adjustment. Returns the family's description (also the report's "multiple_comparisons")."""
-    tests = [
-        row["difference"]["paired"]
-        for label, e in arms.items()
-        if label != plan.baseline
-        for row in e["budgets"]
-        if row.get("difference", {}).get("paired")
-    ]
-    for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
-        t["p_holm"] = adjusted
+    family: dict[str, list[dict[str, Any]]] = {}  # one comparison -> its tests (one per arm that names it)
+    for label, e in arms.items():
+        for row in e["budgets"] if label != plan.baseline else []:
+            if row.get("difference", {}).get("paired"):
+                family.setdefault(_same_runs(e, row), []).append(row["difference"]["paired"])
+    tests = [same[0] for same in family.values()]
+    for same, adjusted in zip(family.values(), holm([t["p"] for t in tests])):
+        for t in same:
+            t["p_holm"] = adjusted
+    shared = sum(len(same) - 1 for same in family.values())
     for label, e in arms.items():
         sp, last = e.get("speedup"), e["budgets"][-1]
         if label == plan.baseline or not sp or not sp["established"]:
@@ -275,10 +280,26 @@ def correct_for_multiplicity(plan: Plan, arms: dict[str, Any]) -> dict[str, Any]
             sp["why_not"] = f"its difference at {format_tokens(plan.budgets[-1])} tokens is not significant ({p})"
     return {
         "method": "holm",
-        "family": f"the paired tests of every arm against {plan.baseline} at every budget ({len(tests)} tests)",
+        "family": f"the paired tests of every arm against {plan.baseline} at every budget ({len(tests)} tests)"
+        + (f"; {shared} of an arm whose runs are another arm's, counted once" if shared else ""),
         "n_tests": len(tests),
         "alpha": ALPHA,
     }
+
+
+def _left_out(label: str, row: dict[str, Any], baseline: str, base_final: dict[int, float]) -> list[str]:
+    """The runs a budget's difference leaves out because they diverged ("angpt seed 2"): named wherever the
+    difference is shown, so that a mean over the seeds that finished never passes for the budget's."""
+    base_seeds = sorted(s for s, x in base_final.items() if not math.isfinite(x))
+    return [f"{label} seed {s}" for s in row["diverged_seeds"]] + [f"{baseline} seed {s}" for s in base_seeds]
+
+
+def _same_runs(entry: dict[str, Any], row: dict[str, Any]) -> str:
+    """What an arm's runs at a budget are: two arm names with the same architecture, overrides, rate and setting
+    name the same runs (`--arms x=angpt --lr-values x=...` at the rate angpt's sweep chose), one comparison."""
+    items = [sorted((x or {}).items()) for x in (entry.get("model_overrides"), entry.get("train_overrides"))]
+    rate = None if row["lr"] is None else f"{row['lr']:.6g}"  # 2e-3 x 16 and a typed 0.032 are one rate
+    return repr([entry.get("arch"), *items, row["budget"], rate, sorted((row.get("setting") or {}).items())])
 
 
 # --------------------------------------------------------------------------------------------- verdicts
@@ -286,8 +307,22 @@ def _p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-4 else "<1e-4"
 
 
-def difference_text(plan: Plan, row: dict[str, Any]) -> str:
-    """'loss 0.0520 lower (1.74%), 95% CI [-0.0810, -0.0230], paired p=0.012 over 3 seeds (Welch p=0.031)'."""
+SMOKE_P = " (p-values of a smoke test: they describe these runs, not evidence; docs/protocol.md#horizon)"
+
+
+def difference_text(plan: Plan, row: dict[str, Any], smoke: bool = False) -> str:
+    """'loss 0.0520 lower (1.74%), 95% CI [-0.0810, -0.0230], paired p=0.012 over 3 seeds (Welch p=0.031)'. Runs
+    that diverged are named ("diverged, left out: angpt seed 2"); below the horizon (`smoke`) the p-values are said
+    to describe these runs only, never bare."""
+    text = _difference_text(plan, row)
+    if smoke and "p=" in text:
+        text += SMOKE_P
+    if row.get("left_out"):
+        text += f"; diverged, left out of the pairs: {', '.join(row['left_out'])}"
+    return text
+
+
+def _difference_text(plan: Plan, row: dict[str, Any]) -> str:
     d = row.get("difference") or {}
     md = d.get("mean_diff")
     if md is None:
@@ -332,7 +367,7 @@ def one_budget_text(plan: Plan, label: str, row: dict[str, Any], smoke: bool = F
     if n == 1:
         kind = "a demonstration" if smoke else "a demonstration, not evidence"
         return f"{head}, one seed: {kind} (a speedup needs several budgets, a test several seeds)."
-    return f"{head} ({difference_text(plan, row)}); one budget: a speedup needs several (docs/protocol.md)."
+    return f"{head} ({difference_text(plan, row, smoke)}); one budget: a speedup needs several (docs/protocol.md)."
 
 
 def bounds_text(sp: dict[str, Any]) -> str:
@@ -364,14 +399,17 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
             return f"{prefix}{label} vs {b}: no budget has every seed of both arms finished yet; no verdict (partial)."
         last = done[-1]
         head = f"{prefix}partial: {label} vs {b} at {format_tokens(last['budget'])} tokens"
-        parts = [f"{head}: {difference_text(plan, last)}", f"runs missing at {', '.join(waiting)}: no speedup yet"]
+        parts = [
+            f"{head}: {difference_text(plan, last, smoke)}",
+            f"runs missing at {', '.join(waiting)}: no speedup yet",
+        ]
         if entry.get("step_time_ratio") is not None:
             parts.append(f"steps take {entry['step_time_ratio']:.2f}x the baseline's time")
         return "; ".join(parts) + "."
     last = rows[-1]
     if len(plan.budgets) == 1:
         return prefix + one_budget_text(plan, label, last, smoke)
-    parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last)}"]
+    parts = [f"{prefix}{label} vs {b} at {format_tokens(last['budget'])} tokens: {difference_text(plan, last, smoke)}"]
     sp = entry.get("speedup")
     if sp is None:
         parts.append("no speedup (the baseline has no usable runs)")
@@ -430,9 +468,12 @@ def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[
             )
         elif chk is not None and chk["status"] == "pending":
             out.append(f"{label}: the LR check at {format_tokens(chk['budget'])} has not finished.")
-        div = sum(r["diverged"] for r in e["budgets"])
+        div = [f"seed {s} at {format_tokens(r['budget'])}" for r in e["budgets"] for s in r.get("diverged_seeds", [])]
         if div:
-            out.append(f"{label}: {div} run(s) at its chosen LR diverged (counted as not reaching any loss).")
+            out.append(
+                f"{label}: {len(div)} run(s) at its chosen LR diverged ({', '.join(div)}): each counts as not "
+                "reaching any loss, and its budget's means and paired differences cover the other seeds only."
+            )
         stab = e["stability"]
         if stab["unstable"]:
             why = []

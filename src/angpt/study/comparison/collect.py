@@ -57,8 +57,9 @@ def collect(plan: Plan, report_dir: Path, sweeps: Sweeps, records: dict[tuple, d
                     runs.missing.setdefault(b, []).append(s)
                     continue
                 key = "test" if plan.report_split == "test" else "val"  # selection used val; reports use test
-                diverged = rec["status"] != "finished" or rec.get(f"{key}_loss") is None
-                runs.final[b][s] = math.inf if diverged else float(rec[f"{key}_loss"])
+                loss = rec.get(f"{key}_loss") if rec["status"] == "finished" else None
+                diverged = loss is None or not math.isfinite(float(loss))  # a NaN loss failed as a diverged run did
+                runs.final[b][s] = math.inf if diverged else float(loss)
                 runs.bpb[b][s] = None if diverged else rec.get(f"{key}_bpb")
                 rows = read_rows(spec.run_dir(plan, report_dir))
                 # Records written before runs carried their health get it from their metrics.

@@ -65,7 +65,12 @@ def _diff_cell(row: dict[str, Any]) -> str:
             text += f", Holm {_p(paired['p_holm'])}"
     if welch:
         text += f" (Welch p={_p(welch['p'])})"
-    return text
+    return text + _left_out_mark(row)
+
+
+def _left_out_mark(row: dict[str, Any]) -> str:
+    """' (left out, diverged: angpt seed 2)' where a budget's difference leaves out runs that diverged."""
+    return f" (left out, diverged: {', '.join(row['left_out'])})" if row.get("left_out") else ""
 
 
 def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) -> str:
@@ -183,7 +188,10 @@ def _loss_tables(plan: Plan, arms: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
     lines += ["", f"## {split.capitalize()} bits per byte ({spread})", "", head, sep]
     for label, e in arms.items():
-        cells = [_missing(r, n_seeds) or _pm(reported(r, "bpb_mean"), reported(r, "bpb_std"), 4) for r in e["budgets"]]
+        cells = []
+        for r in e["budgets"]:
+            c = _missing(r, n_seeds) or _pm(reported(r, "bpb_mean"), reported(r, "bpb_std"), 4)
+            cells.append(c + (f" ({r['diverged']} diverged)" if r["diverged"] else ""))
         lines.append(f"| {label} | {_lr_cell(e)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -215,7 +223,9 @@ def _differences(plan: Plan, report: dict[str, Any], others: list[str]) -> list[
         "",
         f"## Final loss against {base}",
         "",
-        _difference_intro(plan, report.get("multiple_comparisons") or {}),
+        _difference_intro(
+            plan, report.get("multiple_comparisons") or {}, bool((report.get("horizon") or {}).get("short"))
+        ),
         "",
         "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
         "|---|" + "---|" * len(plan.budgets),
@@ -224,7 +234,7 @@ def _differences(plan: Plan, report: dict[str, Any], others: list[str]) -> list[
         lines.append(f"| {label} | " + " | ".join(_diff_cell(r) for r in arms[label]["budgets"]) + " |")
     lines += [
         "",
-        f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm is better):",
+        f"Relative improvement (L_{base} - L_arm) / L_{base} of the seed means (positive: the arm's loss is lower):",
         "",
         "| arm | " + " | ".join(format_tokens(b) for b in plan.budgets) + " |",
         "|---|" + "---|" * len(plan.budgets),
@@ -233,7 +243,8 @@ def _differences(plan: Plan, report: dict[str, Any], others: list[str]) -> list[
         cells = []
         for r in arms[label]["budgets"]:
             rel = r.get("rel_improvement_pct")
-            cells.append(("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%")
+            cell = ("–" if r.get("compared", True) else "runs missing") if rel is None else f"{rel:+.2f}%"
+            cells.append(cell + _left_out_mark(r))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
@@ -408,9 +419,10 @@ def _smoke_line(message: str) -> str:
     return f"**{why[:1].upper()}{why[1:]}.** Differences of a few percent at small scale {AT_SCALE}."
 
 
-def _difference_intro(plan: Plan, family: dict[str, Any]) -> str:
-    """What the difference table holds; Holm's correction is named only where there are tests to correct."""
-    head = f"Mean over seeds of the per-seed difference L_arm - L_{plan.baseline} (negative: the arm is better)"
+def _difference_intro(plan: Plan, family: dict[str, Any], smoke: bool = False) -> str:
+    """What the difference table holds; Holm's correction is named only where there are tests to correct; below the
+    horizon its p-values are said to be no evidence (docs/protocol.md#horizon)."""
+    head = f"Mean over seeds of the per-seed difference L_arm - L_{plan.baseline} (negative: the arm's loss is lower)"
     if family.get("n_tests") == 0:  # nothing to adjust: naming Holm over "0 tests" only confuses
         why = "one seed" if len(plan.seeds) == 1 else "each cell says why"
         return f"{head}. No interval or test: {why}."
@@ -418,7 +430,13 @@ def _difference_intro(plan: Plan, family: dict[str, Any]) -> str:
         f"{head}, its 95% confidence interval and the paired t-test's two-sided p-value (every arm shares the seeds: "
         "init and data order), its Holm-adjusted value over "
         + family.get("family", "the report's tests")
-        + ", and Welch's unequal-variance p beside it. Read significance from the Holm value (family-wise 5%)."
+        + ", and Welch's unequal-variance p beside it. "
+        + (
+            "This comparison is a smoke test (below the horizon): its p-values describe these runs only, and no "
+            "difference here is evidence, however small its p."
+            if smoke
+            else "Read significance from the Holm value (family-wise 5%)."
+        )
     )
 
 

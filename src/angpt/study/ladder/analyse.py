@@ -20,7 +20,7 @@ from angpt.study.ladder.fit import (
     profile_interval,
 )
 from angpt.study.ladder.plan import MIN_BUDGETS, MIN_SIZES, transfer_check
-from angpt.units import format_lr
+from angpt.units import format_lr, format_tokens
 
 PARAMS = ("E", "A", "alpha", "B", "beta")
 DERIVED = {"n_exponent": lambda law: law.n_exponent, "d_exponent": lambda law: law.d_exponent}
@@ -142,11 +142,13 @@ def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> 
             continue
         entry["vs_baseline"] = _versus(base, law, boots.get(ladder.baseline), boots.get(label), target)
     _compare_without_e(ladder.baseline, arms, c_max)
-    verdicts = [_verdict(ladder.baseline, label, arms[label]) for label in arms if label != ladder.baseline]
+    diverged = diverged_runs(data.points)
+    others = [label for label in arms if label != ladder.baseline]
+    verdicts = [(label, _verdict(ladder.baseline, label, arms[label])) for label in others]
     verdicts += [
-        f"(E not determined; with E fixed at 0) {_verdict(ladder.baseline, label, arms[label]['without_e'])}"
-        for label in arms
-        if label != ladder.baseline and arms[label].get("without_e", {}).get("vs_baseline")
+        (label, f"(E not determined; with E fixed at 0) {_verdict(ladder.baseline, label, arms[label]['without_e'])}")
+        for label in others
+        if arms[label].get("without_e", {}).get("vs_baseline")
     ]
     for e in arms.values():  # the private fit objects do not go into report.json
         e.pop("_law", None)
@@ -161,8 +163,9 @@ def analyse_ladder(data: LadderData, *, bootstrap: int = 200, seed: int = 0) -> 
         "transfer": _transfer(data),
         "runs": [vars(p) for p in sorted(data.points, key=lambda p: (p.arm, p.N, p.D, p.seed))],
         "unfinished": data.unfinished,
+        "diverged": diverged,
         "warnings": _warnings(data, arms),
-        "verdicts": verdicts,
+        "verdicts": [_with_diverged(v, [ladder.baseline, label], diverged) for label, v in verdicts],
     }
 
 
@@ -284,9 +287,25 @@ def _warnings(data: LadderData, arms: dict[str, Any]) -> list[str]:
                     f"{label}{which}: {b['failed']} of {b['n']} bootstrap refits did not converge (left out of the "
                     "intervals)"
                 )
-        if e.get("n_diverged"):
-            out.append(f"{label}: {e['n_diverged']} run(s) diverged and are left out of the fit")
+    for label, where in diverged_runs(data.points).items():
+        out.append(f"{label}: {len(where)} run(s) diverged and are left out of the fit: {', '.join(where)}")
     return out
+
+
+def diverged_runs(points: list[Point]) -> dict[str, list[str]]:
+    """Each arm's diverged runs, 'L2_d16 1Ki seed 1' (size, tokens, seed): a fit cannot take them, so the report
+    names them wherever it shows the fit, never only counts them."""
+    out: dict[str, list[str]] = {}
+    for p in sorted(points, key=lambda p: (p.arm, p.N, p.D, p.seed)):
+        if not math.isfinite(p.loss):
+            out.setdefault(p.arm, []).append(f"{p.size} {format_tokens(p.D)} seed {p.seed}")
+    return out
+
+
+def _with_diverged(verdict: str, labels: list[str], diverged: dict[str, list[str]]) -> str:
+    """A verdict with the diverged runs of its arms that its fits leave out, if any."""
+    left_out = [f"{len(diverged[label])} diverged run(s) of {label}" for label in labels if diverged.get(label)]
+    return f"{verdict} (left out of the fits: {', '.join(left_out)})" if left_out else verdict
 
 
 def _fmt(x: float | None) -> str:

@@ -46,17 +46,25 @@ def render_fit_table(ladder: Ladder, a: dict[str, Any]) -> list[str]:
     for label in labels:
         e = a["arms"].get(label, {})
         if not e.get("ok"):
-            rows.append([label, f"**{e.get('message', 'not fitted')}**", *[""] * 6, str(e.get("n_runs", 0))])
+            rows.append([label, f"**{e.get('message', 'not fitted')}**", *[""] * 6, _runs_cell(e)])
             continue
         p, iv = e["point"], e.get("intervals", {})
         keys = ("E", "A", "alpha", "B", "beta", "n_exponent", "d_exponent")
-        rows.append([label, *(_with_interval(p[k], iv.get(k)) for k in keys), str(e["n_runs"])])
+        rows.append([label, *(_with_interval(p[k], iv.get(k)) for k in keys), _runs_cell(e)])
     lines += _table(["arm", "E", "A", "alpha", "B", "beta", "N* exponent", "D* exponent", "runs"], rows)
+    for label, where in a.get("diverged", {}).items():
+        lines += ["", f"Diverged, left out of {label}'s fit: {', '.join(where)}."]
     boot = next((e["bootstrap"] for e in a["arms"].values() if e.get("bootstrap")), None)
     if boot:
         lines += ["", f"Bootstrap: {boot['n']} resamples of the runs (seed {boot['seed']})."]
     lines += _profile_table(labels, a["arms"])
     return lines + _without_e(ladder, a)
+
+
+def _runs_cell(e: dict[str, Any]) -> str:
+    """The runs an arm's fit used, and beside them the diverged ones it could not ('9 (+1 diverged, left out)')."""
+    n = str(e.get("n_runs", 0))
+    return f"{n} (+{e['n_diverged']} diverged, left out)" if e.get("n_diverged") else n
 
 
 def profile_text(iv: dict[str, Any] | None) -> str:
@@ -292,7 +300,7 @@ def _runs(a: dict[str, Any]) -> list[str]:
             f"{r['D'] / r['N']:.3g}",
             str(r["seed"]),
             format_lr(r["lr"]),
-            _g(r["loss"], 5),
+            "diverged" if r["loss"] is None or not math.isfinite(r["loss"]) else _g(r["loss"], 5),
         ]
         for r in a["runs"]
     ]

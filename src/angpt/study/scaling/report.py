@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from angpt.errors import UserError
-from angpt.study.batch.analyse import analyse_batch
+from angpt.study.batch.analyse import analyse_batch, batch_warnings
 from angpt.study.scaling.folder import BATCH_FILE, LADDER_FILE
 from angpt.study.store import clean_json
 
@@ -38,12 +38,7 @@ def build_report(out: str | Path, *, command: str | None = None, bootstrap: int 
     if has_batch:
         batch = analyse_batch(out)
         report["batch"] = batch
-        for label, e in (batch or {}).get("arms", {}).items():
-            c = e["critical"]
-            if c["critical"] is not None and c["at_largest"]:
-                report["warnings"].append(
-                    f"{label}: the critical batch is the largest batch tried; add larger batches to find it"
-                )
+        report["warnings"] += batch_warnings(batch) if batch else []
         if data_path is None:
             study = json.loads((out / BATCH_FILE).read_text())
             data_path, dtype, device = study["data"], study["compare"]["dtype"], study["device"]
