@@ -71,11 +71,11 @@ def test_every_shipped_recipe_dry_runs_offline_fast_with_the_true_parameter_coun
     cpu = ["--dry-run-gpu", "cpu", "--dry-run-mfu", "0.1"]  # the MFU measured on the CPU takes a second: not here
     where = cpu if path.parent.name == "configs" else ["--dry-run-gpu", "H100"]  # demos: CPU
     dry_run(capsys, "--config", path, *where)  # warm-up: a process's first meta build loads torch's meta kernels
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: what the dry run costs, whatever else the machine runs
     rc, out, err = dry_run(capsys, "--config", path, *where)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert rc == 0 and err == "", err
-    assert elapsed < 1.0, f"dry run took {elapsed:.2f} s"
+    assert elapsed < 1.0, f"dry run took {elapsed:.2f} s of CPU"
     total, non_embedding = (
         int(n.replace(",", "")) for n in re.search(r"parameters +([\d,]+) total.*?([\d,]+) non-emb", out).groups()
     )
