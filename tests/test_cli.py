@@ -175,3 +175,15 @@ def test_prepare_doc_separator_flag(tmp_path, capsys):
     meta = json.loads((tmp_path / "d" / "meta.json").read_text())
     assert meta["options"]["doc_separator"] == "@@@"
     assert all(meta["splits"][s]["tokens"] > 0 for s in ("train", "val"))
+
+
+def test_version_answers_without_importing_torch():
+    """`angpt --version` took 7.6 s on a busy laptop, all of it importing torch for the parser (issue 48)."""
+    import subprocess
+    import sys
+
+    code = "import sys; from angpt.cli import main; rc = main(['--version']); print(rc, 'torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    from angpt import __version__
+
+    assert res.returncode == 0 and res.stdout.splitlines() == [f"angpt {__version__}", "0 False"], res.stderr

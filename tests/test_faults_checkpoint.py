@@ -479,3 +479,21 @@ def test_export_on_a_full_disk_is_one_line_and_keeps_the_previous_export(model, 
     assert len(err) == 1 and "could not write the export" in err[0] and "No space left on device" in err[0], err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "hf"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_weights_get_the_mode_of_every_other_file(tmp_path, umask):
+    """safetensors writes 0600 whatever the umask: an exported model.safetensors another user could not read beside
+    a config.json they could (issue 48). Ours gets the umask's mode, as a plain file does."""
+    import os
+
+    from angpt.checkpoint import save_safetensors
+
+    old = os.umask(umask)
+    try:
+        save_safetensors({"w": torch.zeros(2)}, tmp_path / "model.safetensors")
+        (tmp_path / "config.json").write_text("{}")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"model.safetensors": 0o666 & ~umask, "config.json": 0o666 & ~umask}

@@ -119,6 +119,17 @@ def test_keep_best_keeps_the_lowest_validation_loss_across_rotation_and_resume(d
 
     model, tokenizer = load_checkpoint_model(best)  # generate, export and eval take it like any checkpoint
     assert tokenizer is not None and model.config.arch == "gpt+"
+    # the run folder stands for its best checkpoint, not its latest (step 4), as the README and --help say
+    from pathlib import Path
+
+    from angpt.checkpoint import run_checkpoint
+    from angpt.cli import RUN_HELP
+
+    assert run_checkpoint(out) == best and run_checkpoint(best) == best
+    run_model, _ = load_checkpoint_model(out)
+    assert all(run_model.state_dict()[k].equal(v) for k, v in step2.items() if k in run_model.state_dict())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "its best checkpoint, lowest validation loss" in RUN_HELP and "# the best checkpoint" in readme
 
 
 # ------------------------------------------------------------------------------------------ the settings' help
@@ -454,3 +465,29 @@ def test_a_scaling_ladder_centres_every_size_on_the_small_model_rate(data_dir):
         plan = ladder.size_plan(0)
         for arm in plan.arms:
             assert plan.centre_lr(arm) == registry.get(arm.arch).recipe.lr, (preset, arm.label)
+
+
+@pytest.mark.parametrize("arch", ["angpt", "gpt+"])
+def test_the_export_prints_the_load_line_that_works(data_dir, tmp_path, capsys, arch):
+    """The lines `angpt export` prints load the export in a fresh Python without angpt imported: anGPT's need
+    trust_remote_code=True and say so; GPT+'s (a native Qwen3) do not (issue 48)."""
+    import os
+    import subprocess
+    import sys
+
+    from angpt.cli import main
+
+    run = tmp_path / "run"
+    assert run_cli("--arch", arch, "--data", data_dir, *TINY, "--out", run, "--train.max_steps", "1") == 0
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "hf"), "--format", "hf"]) == 0
+    code = capsys.readouterr().out.split("load it with transformers:\n", 1)[1]
+    assert ("trust_remote_code=True" in code) == (arch == "angpt")
+    check = (
+        "\n".join(line.strip() for line in code.splitlines())
+        + "\nprint(type(model).__name__, 'angpt' in __import__('sys').modules)"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-1] == "False", res.stdout

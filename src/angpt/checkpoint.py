@@ -290,7 +290,9 @@ def _write_files(
 
 
 def save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
-    """safetensors' save_file (metadata "pt", which transformers requires), its write failures raised as OSError
+    """safetensors' save_file (metadata "pt", which transformers requires), with the mode of every other file we
+    write (the library's is 0600: an exported model another user of the machine cannot read), its write failures
+    raised as OSError
     with their errno. The library raises its own SafetensorError, which is no OSError and names the errno only in its
     message ("I/O error: No space left on device (os error 28)"), so a full disk would otherwise escape the callers'
     handling of one."""
@@ -305,6 +307,14 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None
             raise
         code = int(found.group(1))
         raise OSError(code, os.strerror(code), str(path)) from e
+    os.chmod(path, 0o666 & ~_umask())  # safetensors writes 0600; every other file here gets the umask's mode
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, so set it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def save_weights_checkpoint(
@@ -704,17 +714,28 @@ def check_fits(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) 
             raise CheckpointError(f"{where}: tensor {k} has shape {tuple(v.shape)}, the model expects {tuple(own[k])}")
 
 
+def run_checkpoint(path: str | Path) -> Path:
+    """The checkpoint a path names: a checkpoint directory itself; a run directory its best checkpoint (lowest
+    validation loss, `checkpoints/best`) where it has one, else its latest. What generate, export, eval and grow
+    read, and what their --help says."""
+    path = Path(path)
+    if not path.is_dir() or (path / STATE_FILE).is_file():
+        return path
+    best = checkpoint_dir(path) / "best"
+    if (best / STATE_FILE).is_file():
+        return best
+    return list_checkpoints(path)[-1] if list_checkpoints(path) else path
+
+
 def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
-    """(model, tokenizer or None) from a checkpoint directory (or a run directory: its latest checkpoint).
+    """(model, tokenizer or None) from a checkpoint directory (or a run directory: `run_checkpoint`).
 
     The model is built from the model config stored in state.json and put in eval mode. The weights and the
     tokenizer files are verified against their recorded checksums and the weights must be finite.
     """
     from angpt.models import model_from_config
 
-    path = Path(path)
-    if path.is_dir() and not (path / STATE_FILE).is_file() and list_checkpoints(path):
-        path = list_checkpoints(path)[-1]
+    path = run_checkpoint(path)
     state = validate_checkpoint(path, need_trainer=False)
     cfg = _model_config(state, path)
     # trainer.pt is not needed here (and is twice the weights' size): check the tokenizer files, then the weights.

@@ -6,9 +6,13 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from angpt.errors import UserError
 from angpt.invocation import invoked_as
+
+# what a command that reads a checkpoint takes (checkpoint.run_checkpoint)
+RUN_HELP = "a checkpoint directory, or a run directory (its best checkpoint, lowest validation loss; else its latest)"
 
 
 # -------------------------------------------------------------------------------------------------- info
@@ -246,8 +250,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_target(args.out, args.overwrite)  # before loading the checkpoint: a refusal comes at once
     model, tokenizer = _load(args.checkpoint)
     out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format, overwrite=args.overwrite)
-    print(f"exported {model.config.arch} to {out} (load with transformers' AutoModelForCausalLM)")
+    print(f"exported {model.config.arch} to {out}; load it with transformers:\n{load_lines(out)}")
     return 0
+
+
+def load_lines(folder: Path) -> str:
+    """The Python that loads an export: a folder whose config.json maps to our own modelling code (nGPT, anGPT,
+    TokenFormer) needs `trust_remote_code=True` (or `import angpt.hf.export` first); GPT+ is a native Qwen3."""
+    remote = "auto_map" in json.loads((Path(folder) / "config.json").read_text())
+    trust = ", trust_remote_code=True" if remote else ""
+    return (
+        "    from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f"    model = AutoModelForCausalLM.from_pretrained({str(folder)!r}{trust})\n"
+        f"    tokenizer = AutoTokenizer.from_pretrained({str(folder)!r})"
+    )
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
@@ -481,7 +497,7 @@ def _add_train(sub) -> None:
 
 def _add_generate(sub) -> None:
     s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)
-    s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
+    s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
     s.add_argument(
         "--max-new-tokens", type=int, default=200, help="at most, within the model's context (default: %(default)s)"
@@ -500,7 +516,7 @@ def _add_generate(sub) -> None:
 
 def _add_export(sub) -> None:
     s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
-    s.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its latest checkpoint)")
+    s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("out", help="the export folder: new, empty, or a previous export with --overwrite")
     s.add_argument("--format", default="hf", help="hf: Hugging Face transformers (default: %(default)s)")
     s.add_argument(
@@ -530,7 +546,7 @@ def _add_grow(sub) -> None:
         help="append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits",
         allow_abbrev=False,
     )
-    s.add_argument("checkpoint", help="a checkpoint folder, or a run folder (its latest checkpoint)")
+    s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("out", help="the new checkpoint folder (must not exist); then: angpt train --init_from OUT")
     s.add_argument("--add-tokens", type=int, required=True, help="tokens appended to each Q, K, V, output Pattention")
     s.add_argument(
@@ -543,7 +559,7 @@ def _add_grow(sub) -> None:
 
 def _add_eval(sub) -> None:
     s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
-    s.add_argument("checkpoint")
+    s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline; default: none)")
     s.add_argument(
@@ -597,6 +613,11 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before the parser: it imports torch
+        from angpt import __version__
+
+        print(f"angpt {__version__}")
+        return 0
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     args.extra = extra
