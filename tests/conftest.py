@@ -24,6 +24,19 @@ def _seed():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch):
+    """`angpt train` run in this process takes the cores other work leaves (train/hardware.py's share_cpu): here it
+    reads the machine as quiet at once (no 0.25 s sample a run), and no test's thread count leaks into the next.
+    tests/test_hardware.py checks the real reading."""
+    import angpt.train.hardware as hardware
+
+    monkeypatch.setattr(hardware, "busy_cores", lambda *a, **k: 0.0)
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for the module: two OpenMP threads on a busy 2-core machine are far slower for tiny models."""

@@ -50,3 +50,35 @@ def test_training_on_cpu_keeps_freed_memory(data_dir, tmp_path, monkeypatch):
     args = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "run", "--train.max_steps", "1"]
     loop.train(load_run_config(None, parse_overrides([str(a) for a in args])))
     assert calls == [1]
+
+
+def test_busy_cores_reads_the_other_processes_cpu_time(monkeypatch):
+    """/proc/stat's first line twice, 0.25 s apart: non-idle time over all time, in cores; iowait counts as idle."""
+    import angpt.train.hardware as hardware
+
+    class Stat:  # cpu user nice system idle iowait irq softirq steal: 300 of 400 jiffies busy on 2 cores -> 1.5
+        reads = iter(["cpu 100 0 0 100 0 0 0 0\n", "cpu 350 0 50 150 50 0 0 0\n"])
+
+        def read_text(self):
+            return next(self.reads)
+
+    monkeypatch.undo()  # conftest's quiet machine: the real reading here
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 2)
+    assert hardware.busy_cores(0.0, Stat()) == 1.5
+    assert hardware.busy_cores(0.0, hardware.Path("/nonexistent/stat")) == 0.0
+    assert [hardware.fit_threads(b, 2) for b in (0.0, 0.4, 0.6, 1.9, 3.0)] == [2, 2, 1, 1, 1]
+    assert hardware.fit_threads(1.0, 8) == 7
+
+
+def test_share_cpu_leaves_a_given_thread_count_alone(monkeypatch):
+    """OMP_NUM_THREADS (the user's, or torchrun's for each process) says how many threads: no reading, no change."""
+    import torch
+
+    import angpt.train.hardware as hardware
+
+    monkeypatch.setattr(hardware, "busy_cores", lambda *a, **k: 5.0)
+    n = torch.get_num_threads()
+    share = hardware.share_cpu({"OMP_NUM_THREADS": str(n)})
+    assert torch.get_num_threads() == n and share.note() == "" and share.threads == n
+    share = hardware.share_cpu({})
+    assert torch.get_num_threads() == 1 and "uses 1 thread(s)" in share.note()

@@ -11,6 +11,10 @@ from pathlib import Path
 from angpt.errors import UserError
 from angpt.invocation import invoked_as
 
+# OpenMP threads that spin while they wait take the cores other work needs: passive waiting, set before torch loads
+# (train/hardware.py, "a busy machine"); the user's OMP_WAIT_POLICY, where set, wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # what a command that reads a checkpoint takes (checkpoint.run_checkpoint)
 RUN_HELP = "a checkpoint directory, or a run directory (its best checkpoint, lowest validation loss; else its latest)"
 
@@ -137,22 +141,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     cfg = run_config_from_args(args)
     if args.dry_run:
-        from angpt.train.dryrun import format_report, plan_run
+        from angpt.train.dryrun import format_report, plan_run, this_machine
 
+        on_cpu = (args.dry_run_gpu or this_machine()[1]).lower() == "cpu" and args.dry_run_mfu is None
+        note = _share_cpu() if on_cpu else ""  # the threads the run would take, before the step is measured
         report = plan_run(cfg, args.dry_run_gpus, args.dry_run_gpu, args.dry_run_mfu)
-        print(format_report(report))
+        print(format_report(report) + (f"\n  cpu          {note}" if note else ""))
         if report.warning:
             print(f"angpt train: warning: {report.warning}", file=sys.stderr)
         return 0
     from angpt.train.dist import pick_device
 
-    pick_device(cfg.train.device, int(os.environ.get("LOCAL_RANK", "0")))  # before --out is created
+    device = pick_device(cfg.train.device, int(os.environ.get("LOCAL_RANK", "0")))  # before --out is created
+    note = _share_cpu() if device.type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) == 1 else ""
     evaluators = []
     if cfg.train.eval_tasks:
         from angpt.infer.harness import task_evaluator
 
         evaluators.append(task_evaluator(cfg))
-    result = train(cfg, evaluators)
+    result = train(cfg, evaluators, cpu_note=note)
     from angpt.train.dist import finish_distributed
 
     finish_distributed()  # every rank leaves together (a stop or the end; an error exits through torchrun)
@@ -240,6 +247,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
+
+
+def _share_cpu() -> str:
+    """Take the cores other work leaves free (train/hardware.py's share_cpu); what the run says about it."""
+    from angpt.train.hardware import share_cpu
+
+    return share_cpu().note()
 
 
 def cmd_export(args: argparse.Namespace) -> int:

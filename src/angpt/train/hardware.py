@@ -279,3 +279,66 @@ def peak_shape(device: torch.device) -> tuple[int, int]:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------------------------- a busy machine
+# A CPU step's threads wait for each other at every parallel region. Beside other work, threads that spin while they
+# wait (OpenMP's default, active) burn the cores the other processes need and the step takes twice its fair share:
+# the demo step, 2.01 s quiet, took 9.08 s beside two busy processes on 2 cores, 5.39 s with passive waiting and
+# 4.36 s on one thread (benchmarks/RESULTS.md, "A training step on a busy CPU"). So the command line asks OpenMP to
+# wait passively (cli.py sets OMP_WAIT_POLICY before torch loads; the user's, where set, wins) and a CPU run takes
+# the cores other work leaves free.
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice for this machine, before anything here changes it
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    threads: int  # what the run uses
+    busy: float  # cores other processes kept busy when it started
+    cores: int  # cores this process may run on
+
+    def note(self) -> str:
+        """'' on a quiet machine, else what the run does about it (the start-up line and the dry run say it)."""
+        if self.busy < 0.5:
+            return ""
+        return (
+            f"the machine is busy: other processes keep {self.busy:.1f} of its {self.cores} cores busy, so this run "
+            f"uses {self.threads} thread(s)"
+        )
+
+
+def busy_cores(seconds: float = 0.25, stat: Path = Path("/proc/stat")) -> float:
+    """The cores other processes keep busy now: the machine's non-idle CPU time over `seconds` (this process sleeps
+    meanwhile), in cores; 0.0 where the OS has no /proc/stat."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in stat.read_text().splitlines()[0].split()[1:]]
+        return sum(fields[:8]), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
+def fit_threads(busy: float, cores: int) -> int:
+    """The threads for a step beside `busy` cores of other work: the cores left, at least one."""
+    return max(1, cores - math.floor(busy + 0.5))
+
+
+def share_cpu(environ: dict | None = None) -> CpuShare:
+    """Set torch's thread count to the cores other work leaves free now (`fit_threads`), unless OMP_NUM_THREADS says
+    how many: the user's, or torchrun's for each of its processes."""
+    environ = os.environ if environ is None else environ
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if environ.get("OMP_NUM_THREADS"):
+        return CpuShare(torch.get_num_threads(), 0.0, cores)
+    busy = busy_cores()
+    threads = min(fit_threads(busy, cores), DEFAULT_THREADS)
+    torch.set_num_threads(threads)
+    return CpuShare(threads, busy, cores)

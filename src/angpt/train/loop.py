@@ -47,7 +47,7 @@ from angpt.train.resume import check_resumed_rate
 from angpt.train.setup import build, resolve
 from angpt.train.signals import StopSignals
 from angpt.train.step import autocast, check_compute, synchronize
-from angpt.train.summary import RunSummary, startup_lines, timed_line
+from angpt.train.summary import TIMED_AFTER, RunSummary, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
@@ -77,20 +77,23 @@ class TrainResult:
 
 
 # --------------------------------------------------------------------------------------------------- train
-def train(cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False) -> TrainResult:
+def train(
+    cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False, cpu_note: str = ""
+) -> TrainResult:
     """Train one run described by `cfg`; returns where it stopped. Safe to call again to resume (resume=auto).
 
     `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
     CLI passes lm-eval's when `train.eval_tasks` is set. `restart_unsaved` starts afresh a run whose folder holds
     one that stopped before its first checkpoint (a study's own runs; `angpt train` refuses such a folder).
+    `cpu_note` is what a busy machine made the CLI do (hardware.share_cpu), for the start-up summary.
     """
     if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"--out {cfg.out} is a file; pass a folder")
     other_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
     if cfg.out is None or other_rank:  # rank 0 claims the folder for all ranks
-        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved).run()
+        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved, cpu_note=cpu_note).run()
     with DirLock(cfg.out, "angpt train"):
-        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved).run()
+        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved, cpu_note=cpu_note).run()
 
 
 class Trainer:
@@ -100,7 +103,14 @@ class Trainer:
     recipe and run id, from the run folder read once), then the model built, wrapped and given its optimizer,
     then restored from the start's checkpoint (:meth:`_restore`)."""
 
-    def __init__(self, cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        evaluators: list[Evaluator] | None = None,
+        *,
+        restart_unsaved: bool = False,
+        cpu_note: str = "",
+    ):
         from angpt.data import check_compatible, check_trainable, data_identity, load_meta
 
         cfg.validate()
@@ -131,6 +141,7 @@ class Trainer:
         )
         check_compatible(self.meta, self.mcfg.vocab_size)
         self.run_spec = resolve(cfg, self.start, device=info.device, world_size=info.world_size)
+        self.cpu_note = cpu_note
         self.T, self.compile = self.run_spec.seq_len, self.run_spec.compile
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
         if tc.deterministic:
@@ -188,7 +199,9 @@ class Trainer:
         self.best_step = state.best_step
 
     def summary(self, peak: float | None) -> RunSummary:
-        """The numbers of the start-up summary (train/summary.py); `peak` is one device's FLOP/s, if known."""
+        """The numbers of the start-up summary (train/summary.py); `peak` is one device's FLOP/s, if known. On a CPU,
+        a run long enough to need one gets the dry run's estimate of its step (the MFU measured on one block of its
+        model), so that the start-up line, the dry run and the step-3 line agree."""
         info, tc = self.info, self.tc
         device = str(info.device)
         if info.device.type == "cuda":
@@ -216,7 +229,19 @@ class Trainer:
             train_tokens=self.loader.tokens_per_epoch,
             flops_per_token=self.flops_per_token,
             peak=peak,
+            mfu=self._estimated_mfu(peak),
+            cpu_note=self.cpu_note,
         )
+
+    def _estimated_mfu(self, peak: float | None) -> float | None:
+        """The dry run's MFU for this run on this CPU (train/dryrun.py), where the run has more than a few steps left
+        (a short one is measured before an estimate would help); its probe's random draws leave the run's alone."""
+        if self.info.device.type != "cpu" or not peak or self.tc.max_steps - self.step <= 3 * TIMED_AFTER:
+            return None
+        from angpt.train.dryrun import measured_cpu_mfu
+
+        with torch.random.fork_rng(devices=[]):
+            return measured_cpu_mfu(self.run_spec, self.dtype, peak)
 
     def _data_notes(self) -> list[str]:
         """How many times the run reads its training data, when that is more than a few (it will overfit)."""
@@ -431,6 +456,8 @@ class Trainer:
                 timed = timed_line(summary, self.step, step_times) if summary else None
                 if timed:
                     _say(timed, pbar)
+                if peak and info.device.type == "cpu" and not tc.peak_flops:  # a measured peak is the least the CPU
+                    peak = max(peak, self.flops_per_token * tc.batch_tokens / (dt * info.world_size))  # does: raise it
                 row, mfu = self._row(loss_value, grad_norm, dt, peak, start_norms)
                 start_norms = None
                 last = self.step == tc.max_steps

@@ -39,6 +39,8 @@ class RunSummary:
     train_tokens: int  # what one pass over the training split reads (whole windows), as the epochs warning counts
     flops_per_token: float  # training FLOPs per token (6N + attention)
     peak: float | None  # FLOP/s of one device (measured on a CPU), None where unknown
+    mfu: float | None = None  # the dry run's estimate of the step's utilisation (a CPU run), None: not estimated
+    cpu_note: str = ""  # what a busy machine made the run do (hardware.CpuShare.note)
 
     @property
     def tokens(self) -> int:
@@ -62,8 +64,22 @@ def startup_lines(s: RunSummary) -> list[str]:
         f"  lr     {s.lr:g}{s.lr_from}",
         f"  batch  {s.batch_tokens:,} tokens/step = {geometry}",
         f"  run    {run}, {passes:.3g} passes over the {s.train_tokens:,} training tokens",
-        f"  time   {_bound(s)}measured after {TIMED_AFTER} steps",
+        f"  time   {_estimate(s)}measured after {TIMED_AFTER} steps",
+        *([f"  cpu    {s.cpu_note}"] if s.cpu_note else []),
     ]
+
+
+def _estimate(s: RunSummary) -> str:
+    """The dry run's estimate of the steps (their FLOPs at the measured peak and the MFU measured on one block of
+    the model), where the trainer made one; else the least they can take."""
+    if not s.peak or not s.mfu:
+        return _bound(s)
+    step = s.flops_per_token * s.batch_tokens / (s.world_size * s.peak * s.mfu)
+    left = (s.max_steps - s.step) * step
+    return (
+        f"~{step:.3g} s/step, ~{duration(left)} to go (estimated as --dry-run does: MFU {s.mfu:.2g} of the measured "
+        f"{s.peak / 1e9:,.4g} GFLOP/s); "
+    )
 
 
 def _bound(s: RunSummary) -> str:
