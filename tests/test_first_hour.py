@@ -69,9 +69,9 @@ def prepare_docs(tmp_path, n, words, name, val_fraction):
 def test_prepare_warns_when_the_validation_split_is_too_small(tmp_path, capsys):
     prepare_docs(tmp_path, 40, 50, "small", 0.1)
     err = capsys.readouterr().err
-    assert "warning: the validation split holds" in err and "tokens in" in err and "--val-fraction (now 0.1)" in err
-    n_tokens = int(err.split("holds ")[1].split(" tokens")[0].replace(",", ""))
-    assert 0 < n_tokens < 50_000
+    assert "warning: the validation split holds" in err and "bytes in" in err and "--val-fraction (now 0.1)" in err
+    n_bytes = int(err.split("holds ")[1].split(" bytes")[0].replace(",", ""))  # auto's unit (issue 48)
+    assert 0 < n_bytes < 50_000
 
 
 def test_prepare_does_not_warn_about_a_large_validation_split(tmp_path, capsys):
@@ -90,6 +90,11 @@ def test_train_warns_when_it_will_read_its_data_many_times(data_dir, tmp_path, c
     assert f"reads the {per_epoch:,} training tokens 5.0 times (5.0 epochs)" in err, err
     assert run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "s", "--train.max_steps", "2") == 0
     assert "epochs" not in capsys.readouterr().err
+    # the dry run of the same run says it too, from meta.json alone (issue 48)
+    said = next(line for line in err.splitlines() if "epochs)" in line)
+    dry = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", tmp_path / "d", "--train.max_steps", str(steps)]
+    assert run_cli(*dry, "--dry-run", "--dry-run-mfu", "0.5") == 0
+    assert f"angpt train: {said}" in capsys.readouterr().err.splitlines()
 
 
 def test_keep_best_keeps_the_lowest_validation_loss_across_rotation_and_resume(data_dir, tmp_path, monkeypatch, capsys):

@@ -253,3 +253,20 @@ def test_worker_processes_make_the_same_dataset_as_one_process(tmp_path, monkeyp
         hashes[workers] = [(s, sh["sha256"]) for s, sp in load_meta(out)["splits"].items() for sh in sp["shards"]]
     assert hashes[3] == hashes[None] == hashes[1]
     assert {s for s, _ in hashes[3]} == {"train", "val", "test"}
+
+
+def test_the_default_split_does_not_warn_about_its_own_choice_under_bpe(tmp_path, capsys):
+    """`auto` holds out >= 50,000 bytes of text from >= 20 documents; under BPE those are far fewer tokens, and the
+    small-split warning counted tokens, so prepare warned about the split it had just chosen (a 3 MB corpus, issue
+    48). Counted in bytes, as auto counts, it is quiet; a split truly too small still warns, in bytes."""
+    src = write_source("jsonl", tmp_path / "src", sized_docs(400, 2_000))
+    out = tmp_path / "out"
+    assert main(["prepare", "--source", str(src), "--tokenizer", "bpe:300", "--out", str(out), "--quiet"]) == 0
+    meta = load_meta(out)
+    val = meta["splits"]["val"]
+    assert val["tokens"] < 50_000 <= val["bytes"] and val["documents"] >= 20  # what used to warn
+    assert "split holds" not in capsys.readouterr().err
+    small = tmp_path / "small"
+    args = ["prepare", "--source", str(src), "--tokenizer", "bpe:300", "--out", str(small), "--quiet"]
+    assert main([*args, "--val-fraction", "0.02"]) == 0
+    assert "warning: the validation split holds " in capsys.readouterr().err

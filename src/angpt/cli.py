@@ -147,8 +147,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         note = _share_cpu() if on_cpu else ""  # the threads the run would take, before the step is measured
         report = plan_run(cfg, args.dry_run_gpus, args.dry_run_gpu, args.dry_run_mfu)
         print(format_report(report) + (f"\n  cpu          {note}" if note else ""))
-        if report.warning:
-            print(f"angpt train: warning: {report.warning}", file=sys.stderr)
+        for warning in (report.data_note, report.warning):
+            if warning:
+                print(f"angpt train: warning: {warning}", file=sys.stderr)
         return 0
     from angpt.train.dist import pick_device
 

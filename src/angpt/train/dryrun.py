@@ -11,6 +11,7 @@ estimates and their sources are documented in docs/recipes.md#what-a-dry-run-est
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class DryRunReport:
     checkpointing: bool = False  # the run recomputes each block in backward (train.activation_checkpointing)
     fused_loss: bool = True  # the loss without the full logits (train.fused_loss)
     optimizer: str = ""  # the optimizer, peak rate (and where it comes from), warm-up and schedule
+    data_note: str | None = None  # the trainer's warning that the run reads its data many times (summary.epochs_note)
 
     @property
     def needed(self) -> float:
@@ -188,9 +190,23 @@ def plan_run(
         checkpointing=tc.activation_checkpointing,
         fused_loss=tc.fused_loss,
         optimizer=_optimizer_summary(run),
+        data_note=_epochs_note(cfg, T),
     )
     report.warning = _fit_advice(report, model)
     return report
+
+
+def _epochs_note(cfg: RunConfig, seq_len: int) -> str | None:
+    """The trainer's warning of many passes over the data, from meta.json's shards (whole windows of `seq_len` + 1
+    tokens, as the loader reads them), where the run names a prepared dataset."""
+    from angpt.train.summary import epochs_note
+
+    meta = Path(cfg.data) / "meta.json" if cfg.data is not None else None
+    if meta is None or not meta.is_file():
+        return None
+    shards = json.loads(meta.read_text()).get("splits", {}).get("train", {}).get("shards", [])
+    per_epoch = sum(max(0, (s["tokens"] - 1) // seq_len) * seq_len for s in shards)
+    return epochs_note(cfg.train, per_epoch) if per_epoch else None
 
 
 MEASURED = "measured on one block of this model on this CPU"
@@ -379,11 +395,18 @@ def format_report(r: DryRunReport) -> str:
         f"                 activations at micro_batch {r.micro_batch:<8} {_gb(m.activations):>9}"
         f"   {_gb(m.activations_ckpt)} with activation checkpointing",
         f"                 total                               {_gb(m.total):>9}"
-        f"   {_gb(m.total_ckpt)} with activation checkpointing   ({r.gpu.name}: {_gb(r.gpu.memory)})",
+        f"   {_gb(m.total_ckpt)} with activation checkpointing   ({_capacity(r.gpu)})",
         f"  time         {r.gpu.name} at {peak}, MFU {r.mfu:.2g} ({r.mfu_source}): {r.step_time:.3g} s/step, "
         f"{per_run} per run",
     ]
     return "\n".join(lines)
+
+
+def _capacity(device: Accelerator) -> str:
+    """What the estimate is held against: a GPU's memory, or this machine's RAM, said as such (a bare 'cpu: 25.3 GB'
+    beside the total read as the run's need; issue 48)."""
+    what = "this machine's memory" if device.name == "cpu" else f"one {device.name}'s memory"
+    return f"{what}: {_gb(device.memory)}"
 
 
 def _gb(n: float) -> str:

@@ -47,7 +47,7 @@ from angpt.train.resume import check_resumed_rate
 from angpt.train.setup import build, resolve
 from angpt.train.signals import StopSignals
 from angpt.train.step import autocast, check_compute, synchronize
-from angpt.train.summary import TIMED_AFTER, RunSummary, startup_lines, timed_line
+from angpt.train.summary import TIMED_AFTER, RunSummary, epochs_note, startup_lines, timed_line
 from angpt.train.watch import ResidualWatch
 
 Evaluator = Callable[[nn.Module, int], dict[str, float]]
@@ -245,17 +245,8 @@ class Trainer:
 
     def _data_notes(self) -> list[str]:
         """How many times the run reads its training data, when that is more than a few (it will overfit)."""
-        left = (self.tc.max_steps - self.step) * self.tc.batch_tokens
-        per_epoch = self.loader.tokens_per_epoch
-        epochs = (self.step * self.tc.batch_tokens + left) / max(per_epoch, 1)
-        if epochs <= EPOCHS_WARNING:
-            return []
-        best = " (train.keep_best keeps the checkpoint of the lowest validation loss)" if self.tc.keep_best else ""
-        return [
-            f"train.max_steps={self.tc.max_steps} x train.batch_tokens={self.tc.batch_tokens:,} reads the "
-            f"{per_epoch:,} training tokens {epochs:.1f} times ({epochs:.1f} epochs): validation loss usually stops "
-            f"improving after a few; use more data or fewer steps{best}"
-        ]
+        note = epochs_note(self.tc, self.loader.tokens_per_epoch)
+        return [note] if note else []
 
     def _save_best(self, val_loss: float, metrics: dict) -> Path | None:
         """The weights of a new lowest validation loss into checkpoints/best (every rank gathers; rank 0 writes),
@@ -635,7 +626,6 @@ def held_out_loss(
 
 
 SIDE_SEED = 1_000_003  # added to the run's seed: the loader of the batches an architecture's hook measures on
-EPOCHS_WARNING = 4  # a run that reads its data more often than this is warned that it will overfit
 
 
 def _weights_only(state: RunState) -> dict[str, Any]:

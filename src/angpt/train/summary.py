@@ -102,3 +102,20 @@ def timed_line(s: RunSummary, done: int, step_times: list[float]) -> str | None:
         f"~{duration(s.max_steps * per_step)} for the run, {duration((s.max_steps - done) * per_step)} to go "
         "(steps only: evaluation and checkpoints add theirs)"
     )
+
+
+EPOCHS_WARNING = 4  # a run that reads its data more often than this is warned that it will overfit
+
+
+def epochs_note(tc, per_epoch: int) -> str | None:
+    """How many times a run (its TrainConfig `tc`) reads training data of `per_epoch` tokens a pass, when that is
+    more than a few (it will overfit): said by the trainer at its start and by the dry run alike."""
+    epochs = tc.max_steps * tc.batch_tokens / max(per_epoch, 1)
+    if epochs <= EPOCHS_WARNING:
+        return None
+    best = " (train.keep_best keeps the checkpoint of the lowest validation loss)" if tc.keep_best else ""
+    return (
+        f"train.max_steps={tc.max_steps} x train.batch_tokens={tc.batch_tokens:,} reads the {per_epoch:,} training "
+        f"tokens {epochs:.1f} times ({epochs:.1f} epochs): validation loss usually stops improving after a few; use "
+        f"more data or fewer steps{best}"
+    )
