@@ -597,7 +597,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="scratch folder for data and runs (default: OUT/../gpu-kit-work)")
     p.add_argument("--plan", action="store_true", help="print the full run's estimated cost on one H100 and exit")
     p.add_argument("--loan", action="store_true", help="run the next block of the race (profile loan; issue 45)")
-    p.add_argument("--race-root", default=str(HERE.parent / "gpu-race"), help="the earlier loans' folders (--loan)")
+    p.add_argument(
+        "--race-root",
+        default=None,
+        help="the earlier loans' folders (--loan; default: benchmarks/gpu-race for a GPU's loan, none for a rehearsal "
+        "on the CPU, whose tiny race is not the race those loans ran)",
+    )
     p.add_argument("--pieces", type=int, default=None, help="--loan: start at most this many pieces (rehearsals)")
     p.add_argument("--json", action="store_true", help="--plan --loan: the next loan as JSON")
     p.add_argument(
@@ -689,9 +694,9 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
     if cfg.get("device") == "cuda" and hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
         # a compiled forward past Dynamo's recompile limit would run eagerly without a word and be timed as compiled
         torch._dynamo.config.fail_on_recompile_limit_hit = True
-    root = Path(a.race_root)
+    root = Path(a.race_root) if a.race_root else (HERE.parent / "gpu-race" if cfg.get("device") == "cuda" else None)
     try:
-        loans = race_report.load_loans(root) if root.is_dir() else []
+        loans = race_report.load_loans(root) if root is not None and root.is_dir() else []
         # this loan's race settings against the earlier loans': a race does not change its settings midway
         this = {"loan": race_report.THIS, "settings": cfg, "pieces": [{"stage": "tune", "runs": [{}]}]}
         race_report.check_settings([*loans, this] if "race" in cfg else loans)
