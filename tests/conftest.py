@@ -26,8 +26,8 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _quiet_machine(monkeypatch):
-    """`angpt train` run in this process takes the cores other work leaves (train/hardware.py's share_cpu): here it
-    reads the machine as quiet at once (no 0.25 s sample a run), and no test's thread count leaks into the next.
+    """`angpt train` run in this process reads how busy the machine is (train/hardware.py's cpu_share): here it
+    reads it as quiet at once (no 0.25 s sample a run), and no test's thread count leaks into the next.
     tests/test_hardware.py checks the real reading."""
     import angpt.train.hardware as hardware
 

@@ -1113,3 +1113,25 @@ def test_the_flags_every_study_shares_are_read_once_the_same_way(data_dir):
         check_arms(parse_arms(["angpt", "angpt"], []), None)
     with pytest.raises(UserError, match="baseline 'gpt' is not one of the ladder's arms"):
         check_arms(parse_arms(["angpt"], []), "gpt", "the ladder's arms")
+
+
+def test_a_plan_longer_than_an_hour_here_says_so_before_it_starts(data_dir, tmp_path, monkeypatch, capsys):
+    """The README's compare line planned 10 h 39 min on 2 cores and said nothing (issue 48). A plan whose runs the
+    dry run of `angpt train` puts above an hour on this machine prints its runs, time and checkpoints' size before
+    anything trains; a short one is not even measured. The hour is made small here, the plan stays tiny."""
+    from angpt.study import make_plan
+    from angpt.study.comparison import estimate
+
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048, 4096]}, arms=["gpt+", "angpt"], seeds=[0, 1])
+    seconds, disk, n = estimate.plan_cost(plan, tmp_path / "c", mfu=0.5)
+    dry = estimate.describe_dry_run(plan, tmp_path / "c", jobs=1, threads=1, measure=False)
+    checks = 3 * sum(plan.checks_lr(a) for a in plan.arms)
+    assert n == len(dry.sweep) + len(dry.main) + checks and seconds > 0 and disk > 0
+    assert estimate.long_plan_warning(plan, tmp_path / "c") is None  # seconds, not an hour
+    monkeypatch.setattr(estimate, "LONG_PLAN_S", 1e-4)
+    line = estimate.long_plan_warning(plan, tmp_path / "c")
+    assert line.startswith(f"this plan is {n} run(s): ~") and "GB of checkpoints in" in line
+    from angpt.study.comparison.run import Comparison
+
+    Comparison(plan, command="test", strict=False, sample=None, sample_tokens=8).begin(tmp_path / "c")
+    assert f"warning: this plan is {n} run(s)" in capsys.readouterr().err

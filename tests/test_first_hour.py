@@ -496,3 +496,36 @@ def test_the_export_prints_the_load_line_that_works(data_dir, tmp_path, capsys, 
     res = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split()[-1] == "False", res.stdout
+
+
+def test_the_readmes_parameter_counts_are_the_models_it_trains():
+    """README's "8.4M parameters" (configs/demo-angpt.yaml at the embedded corpus's BPE-4096) and "2.1M parameters"
+    (`make demo`'s shape, read from the Makefile) are the models those commands build (issue 48)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    import torch
+
+    from angpt.models import make_config, model_from_config
+    from angpt.train.config import load_run_config
+
+    root = Path(__file__).resolve().parents[1]
+    readme, makefile = (root / "README.md").read_text(), (root / "Makefile").read_text()
+
+    def millions(cfg) -> str:
+        with torch.device("meta"):
+            return f"{model_from_config(cfg).num_params() / 1e6:.1f}M parameters"
+
+    config = load_run_config(root / "configs" / "demo-angpt.yaml")
+    own = make_config(config.arch, config.preset, vocab_size=4096)
+    line = next(x for x in readme.splitlines() if "configs/demo-angpt.yaml --data data/mine" in x)
+    assert millions(own) in line, line
+    demo = " ".join(makefile.split("\ndemo:", 1)[1].split("\n\t@cat", 1)[0].replace("\\\n", " ").split())
+    words = shlex.split(demo)
+    sets = dict(w.split("=", 1) for w in words[words.index("--set") + 1 :] if "=" in w and w.startswith("model."))
+    shape = {k.removeprefix("model."): int(v) for k, v in sets.items()}
+    assert re.search(r"--tokenizer bpe:4096", makefile) and "--arms gpt+,angpt" in demo
+    said = f"{shape['n_layers']} layers, d = {shape['d_model']}, "
+    for arch in ("gpt+", "angpt"):
+        assert said + millions(make_config(arch, "demo", vocab_size=4096, **shape)) in " ".join(readme.split())

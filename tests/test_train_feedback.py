@@ -178,7 +178,7 @@ def test_a_study_stopping_its_workers_sends_no_second_sigint():
 def test_the_start_up_estimate_is_the_dry_runs_and_a_busy_machine_is_said(data_dir, tmp_path, capsys, monkeypatch):
     """Issue 48: the start-up line gave a lower bound (33 s to go for a run that took 27 min) while the dry run gave
     an estimate. Now both are the dry run's (the FLOPs at the measured peak over the MFU measured on one block): with
-    the two measurements fixed, the same seconds per step. Beside other work the run takes the cores left, and its
+    the two measurements fixed, the same seconds per step. Beside other work its
     start-up summary and the dry run say so."""
     import torch
 
@@ -191,9 +191,7 @@ def test_the_start_up_estimate_is_the_dry_runs_and_a_busy_machine_is_said(data_d
     for module in (dryrun, train_metrics):
         monkeypatch.setattr(module, "measured_cpu_peak", lambda *a, **k: 2e9)
     monkeypatch.setattr(hardware, "busy_cores", lambda *a, **k: 1.9)
-    monkeypatch.setattr(hardware, "DEFAULT_THREADS", 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     args = ["--arch", "angpt", "--data", str(data_dir), *map(str, TINY), "--train.max_steps", "12"]
     assert main(["train", *args, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
     dry = capsys.readouterr().out
@@ -204,8 +202,9 @@ def test_the_start_up_estimate_is_the_dry_runs_and_a_busy_machine_is_said(data_d
     per_step = float(re.search(r": ([\d.e+-]+) s/step", dry).group(1))
     time_line = next(line for line in start if line.startswith("time "))
     assert time_line.startswith(f"time   ~{per_step:.3g} s/step,") and "estimated as --dry-run does" in time_line
-    busy = "the machine is busy: other processes keep 1.9 of its 2 cores busy, so this run uses 1 thread(s)"
-    assert f"cpu    {busy}" in start and busy in dry and seen == [1]
+    busy = "the machine is busy: other processes keep 1.9 of its 2 cores busy, so steps take longer than on a quiet"
+    assert any(line.startswith(f"cpu    {busy}") for line in start) and busy in dry
+    assert seen == [torch.get_num_threads()]  # the run keeps its threads (fewer did not help: RESULTS.md)
     # a measured peak below what a step reached is raised to it: no MFU above 100%
     mfus = [r["mfu"] for r in metrics(tmp_path / "run") if "mfu" in r]
     assert mfus and max(mfus) <= 1 + 1e-9 and max(mfus) > 0.999, mfus

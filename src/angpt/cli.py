@@ -144,7 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         from angpt.train.dryrun import format_report, plan_run, this_machine
 
         on_cpu = (args.dry_run_gpu or this_machine()[1]).lower() == "cpu" and args.dry_run_mfu is None
-        note = _share_cpu() if on_cpu else ""  # the threads the run would take, before the step is measured
+        note = _share_cpu() if on_cpu else ""  # read before the step is measured
         report = plan_run(cfg, args.dry_run_gpus, args.dry_run_gpu, args.dry_run_mfu)
         print(format_report(report) + (f"\n  cpu          {note}" if note else ""))
         for warning in (report.data_note, report.warning):
@@ -251,10 +251,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _share_cpu() -> str:
-    """Take the cores other work leaves free (train/hardware.py's share_cpu); what the run says about it."""
-    from angpt.train.hardware import share_cpu
+    """What a CPU run says of a busy machine (train/hardware.py's cpu_share), '' on a quiet one."""
+    from angpt.train.hardware import cpu_share
 
-    return share_cpu().note()
+    return cpu_share().note()
 
 
 def cmd_export(args: argparse.Namespace) -> int:

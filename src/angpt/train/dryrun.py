@@ -210,23 +210,27 @@ def _epochs_note(cfg: RunConfig, seq_len: int) -> str | None:
 
 
 MEASURED = "measured on one block of this model on this CPU"
-# Sequences in the block's probe: one sequence of 128 tokens ran at 0.35 of the peak where the whole demo run
-# reached 0.44 (its micro-batch of 16 x 256 fills the matmuls better); four ran at 0.53 (benchmarks/RESULTS.md).
-PROBE_SEQUENCES = 4
+# The block's probe takes as many of the run's sequences (of up to 256 tokens) as make a step of about this many
+# FLOPs (~0.3 s on a laptop core pair): small matmuls run far below the peak, so a probe of 4 x 128 tokens read MFU
+# 0.31 where the demo run's 16 x 256 reached ~0.5, and the dry run said 10 min for a 5-min run (issue 48;
+# benchmarks/RESULTS.md, "A training step on a busy CPU").
+PROBE_FLOPS = 2e10
 
 
 def measured_cpu_mfu(run: ResolvedRun, dtype: str, peak: float, reps: int = 3, budget_s: float = 0.5) -> float:
     """The MFU this CPU reaches on the run's own shapes: the run's training step (train/setup.py's, its optimizer
     and weight constraint included) on one layer of the model (its width, heads and MLP; a 64-token vocabulary, so
-    the embedding and head cost nothing), over up to ``PROBE_SEQUENCES`` of the run's sequences of up to 128
-    tokens, the median step after a warm-up (at least `reps`, and more until `budget_s` has passed, at most 50),
-    against the measured matmul `peak`. The median, not the best: on a busy machine the run's steps take what the
-    machine gives now, and the best of fifty catches the moments it was quiet (a dry run read 4 min, then 2.2 h,
-    for the same run beside other work; issue 48). A block, not the whole model,
-    so that planning a 1B run takes a second; the head's large matmul runs nearer the peak
+    the embedding and head cost nothing), over as many of the run's sequences of up to 256 tokens as make a step of
+    ``PROBE_FLOPS`` (at least one, at most its micro-batch), the median step after a warm-up (at least `reps`, and
+    more until `budget_s` has passed, at most 50), against the measured matmul `peak`. The median, not the best: on
+    a busy machine the run's steps take what the machine gives now, and the best of fifty catches the moments it
+    was quiet (a dry run read 4 min, then 2.2 h, for the same run beside other work; issue 48). A block, not the
+    whole model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak
     (docs/recipes.md#what-a-dry-run-estimates)."""
     one = ModelConfig.from_dict({**run.model.to_dict(), "n_layers": 1, "vocab_size": 64})
-    t, b = min(run.seq_len, one.context_length, 128), max(1, min(run.micro_batch, PROBE_SEQUENCES))
+    t = min(run.seq_len, one.context_length, 256)
+    per_token = 6 * (4 * one.d_model**2 + 3 * one.d_model * one.ffn_dim)  # the block's matrices, forward + backward
+    b = max(1, min(run.micro_batch, int(PROBE_FLOPS / (per_token * t))))
     probe = dataclasses.replace(
         run, model=one, seq_len=t, micro_batch=b, batch_tokens=b * t, accum=1, world_size=1, dtype=dtype,
         compile=False, data=None, activation_checkpointing=False,

@@ -283,12 +283,12 @@ def _sync(device: torch.device) -> None:
 
 # --------------------------------------------------------------------------------------------- a busy machine
 # A CPU step's threads wait for each other at every parallel region. Beside other work, threads that spin while they
-# wait (OpenMP's default, active) burn the cores the other processes need and the step takes twice its fair share:
-# the demo step, 2.01 s quiet, took 9.08 s beside two busy processes on 2 cores, 5.39 s with passive waiting and
-# 4.36 s on one thread (benchmarks/RESULTS.md, "A training step on a busy CPU"). So the command line asks OpenMP to
-# wait passively (cli.py sets OMP_WAIT_POLICY before torch loads; the user's, where set, wins) and a CPU run takes
-# the cores other work leaves free.
-DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice for this machine, before anything here changes it
+# wait (OpenMP's default) burn the cores the other processes need: the demo step took 12.7 s beside two busy
+# processes on 2 cores where it takes ~3.5 s quiet, 7-9 s with passive waiting (benchmarks/RESULTS.md, "A training
+# step on a busy CPU"). So the command line asks OpenMP to wait passively (cli.py sets OMP_WAIT_POLICY before torch
+# loads; the user's, where set, wins). Fewer threads did not help further here (one thread: 8.4-8.7 s beside two busy
+# processes, 5.3-5.9 s beside one, against two threads' 6.9-7.2 and 5.4-7.1): the run keeps torch's thread count,
+# and says that the machine is busy, since its steps will take longer than quiet ones.
 
 
 @dataclass(frozen=True)
@@ -298,12 +298,12 @@ class CpuShare:
     cores: int  # cores this process may run on
 
     def note(self) -> str:
-        """'' on a quiet machine, else what the run does about it (the start-up line and the dry run say it)."""
+        """'' on a quiet machine, else what the start-up summary and the dry run say of it."""
         if self.busy < 0.5:
             return ""
         return (
-            f"the machine is busy: other processes keep {self.busy:.1f} of its {self.cores} cores busy, so this run "
-            f"uses {self.threads} thread(s)"
+            f"the machine is busy: other processes keep {self.busy:.1f} of its {self.cores} cores busy, so steps "
+            f"take longer than on a quiet machine ({self.threads} thread(s), waiting passively)"
         )
 
 
@@ -326,19 +326,7 @@ def busy_cores(seconds: float = 0.25, stat: Path = Path("/proc/stat")) -> float:
     return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
 
 
-def fit_threads(busy: float, cores: int) -> int:
-    """The threads for a step beside `busy` cores of other work: the cores left, at least one."""
-    return max(1, cores - math.floor(busy + 0.5))
-
-
-def share_cpu(environ: dict | None = None) -> CpuShare:
-    """Set torch's thread count to the cores other work leaves free now (`fit_threads`), unless OMP_NUM_THREADS says
-    how many: the user's, or torchrun's for each of its processes."""
-    environ = os.environ if environ is None else environ
+def cpu_share() -> CpuShare:
+    """How busy this machine is as a CPU run starts, and the threads it runs with."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if environ.get("OMP_NUM_THREADS"):
-        return CpuShare(torch.get_num_threads(), 0.0, cores)
-    busy = busy_cores()
-    threads = min(fit_threads(busy, cores), DEFAULT_THREADS)
-    torch.set_num_threads(threads)
-    return CpuShare(threads, busy, cores)
+    return CpuShare(torch.get_num_threads(), busy_cores(), cores)

@@ -85,7 +85,7 @@ def train(
     `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
     CLI passes lm-eval's when `train.eval_tasks` is set. `restart_unsaved` starts afresh a run whose folder holds
     one that stopped before its first checkpoint (a study's own runs; `angpt train` refuses such a folder).
-    `cpu_note` is what a busy machine made the CLI do (hardware.share_cpu), for the start-up summary.
+    `cpu_note` is what the CLI found of a busy machine (hardware.cpu_share), for the start-up summary.
     """
     if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"--out {cfg.out} is a file; pass a folder")

@@ -40,7 +40,7 @@ class RunSummary:
     flops_per_token: float  # training FLOPs per token (6N + attention)
     peak: float | None  # FLOP/s of one device (measured on a CPU), None where unknown
     mfu: float | None = None  # the dry run's estimate of the step's utilisation (a CPU run), None: not estimated
-    cpu_note: str = ""  # what a busy machine made the run do (hardware.CpuShare.note)
+    cpu_note: str = ""  # that the machine is busy (hardware.CpuShare.note)
 
     @property
     def tokens(self) -> int:

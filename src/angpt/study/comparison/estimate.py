@@ -109,3 +109,52 @@ def describe_dry_run(
 
 def _grid_text(arm: Arm) -> str:
     return " x ".join(f"{k} {'/'.join(f'{v:g}' for v in vs)}" for k, vs in sorted(arm.tune.items()))
+
+
+LONG_PLAN_S = 3600.0  # a plan longer than this on this machine says so before it starts
+CHECKPOINT_BYTES_PER_PARAM = 16  # a run's last checkpoint (fp32 weights, Adam m and v) and its best (weights)
+
+
+def plan_cost(plan: Plan, report_dir: Path, *, mfu: float | None = None) -> tuple[float, float, int]:
+    """(seconds on this machine, bytes of checkpoints, runs) of the runs a plan has left: each arm's step as
+    `angpt train --dry-run` estimates it on this machine (its FLOPs at the measured peak over the MFU measured on one
+    block; `mfu` given: that one, measuring nothing), times the steps of its runs, sweeps, main runs and LR checks.
+    Jobs share the machine's cores, so their count does not shorten it."""
+    from angpt.train.config import load_run_config
+    from angpt.train.dryrun import plan_run
+
+    dr = describe_dry_run(plan, report_dir, jobs=1, threads=1, measure=False)
+    step_s, params = {}, {}
+    for arm in plan.arms:
+        cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[-1], plan.seeds[0], 1e-3, "unused"))
+        cfg.out = None  # planned as a fresh run: nothing to read
+        report = plan_run(cfg, gpus=1, gpu="cpu" if plan_device_is_cpu(plan) else None, mfu=mfu)
+        step_s[arm.label], params[arm.label] = report.step_time, report.params
+    runs = [(spec.arm, spec.budget) for spec, done in dr.sweep if not done] + [(a, b) for a, b, _ in dr.main]
+    runs += [(a.label, plan.budgets[-1]) for a in plan.arms if plan.checks_lr(a) for _ in range(3)]
+    seconds = sum(plan.steps(b) * step_s[a] for a, b in runs)
+    return seconds, sum(CHECKPOINT_BYTES_PER_PARAM * params[a] for a, _ in runs), len(runs)
+
+
+def plan_device_is_cpu(plan: Plan) -> bool:
+    from angpt.study.estimate import plan_device
+
+    return plan_device(plan).type == "cpu"
+
+
+def long_plan_warning(plan: Plan, report_dir: Path) -> str | None:
+    """The line a plan that takes more than an hour on this machine prints before it starts, with its time and disk
+    use; None for a shorter one (judged first at an MFU of 1, which measures nothing: a plan that would not take an
+    hour even at the peak is not measured)."""
+    from angpt.units import hms
+
+    if plan_cost(plan, report_dir, mfu=1.0)[0] * 10 < LONG_PLAN_S:  # not an hour even at 10% of the peak
+        return None
+    seconds, disk, n = plan_cost(plan, report_dir)
+    if seconds < LONG_PLAN_S:
+        return None
+    return (
+        f"this plan is {n} run(s): ~{hms(seconds)} of training on this machine (each arm's step as `angpt train "
+        f"--dry-run` estimates it here) and ~{disk / 1e9:.1f} GB of checkpoints in {report_dir}; Ctrl-C stops it "
+        "and the same command resumes it (--dry-run plans it, --budgets and --seeds shrink it)"
+    )

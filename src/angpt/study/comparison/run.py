@@ -81,10 +81,14 @@ class Comparison:
         return Report(out, self.plan, True, estimate=est, horizon=hz, jobs_measurement=measured)
 
     def begin(self, out: Path) -> None:
+        from angpt.study.comparison.estimate import long_plan_warning
         from angpt.study.store import JOBS_FILE, write_json
 
         if self.horizon.short:
             print(f"warning: {self.horizon.message}", file=sys.stderr)
+        long = long_plan_warning(self.plan, out)
+        if long:
+            print(f"warning: {long}", file=sys.stderr)
         if self.measured is not None:
             print(self.auto_note, file=sys.stderr)
             write_json(out / JOBS_FILE, self.measured)
