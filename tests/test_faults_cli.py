@@ -285,7 +285,7 @@ def _fake_train(monkeypatch, **fields):
         out=Path("runs/x"), step=24, status="finished", final_loss=2.0, val_loss=None, val_bpb=None,
         checkpoint=Path("runs/x/checkpoints/step_000024"), tokens=1, step_time_median=None,
     )  # fmt: skip
-    monkeypatch.setattr(angpt.train.loop, "train", lambda cfg, evaluators=None: SimpleNamespace(**(base | fields)))
+    monkeypatch.setattr(angpt.train.loop, "train", lambda cfg, *a, **kw: SimpleNamespace(**(base | fields)))
 
 
 def test_last_line_without_validation_loss_reads_well(data_dir, tmp_path, capsys, monkeypatch):

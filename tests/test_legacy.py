@@ -154,7 +154,7 @@ def _dry_run_lines(text: str) -> list[str]:
     for line in text.splitlines():
         if line.lstrip().startswith("time ") or "warning: estimated" in line:
             continue
-        out.append(line.split("   (cpu:")[0].split("   (cuda")[0].rstrip())
+        out.append(line.split("   (cpu:")[0].split("   (this machine:")[0].split("   (cuda")[0].rstrip())
     return out
 
 

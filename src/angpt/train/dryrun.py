@@ -407,10 +407,9 @@ def format_report(r: DryRunReport) -> str:
 
 
 def _capacity(device: Accelerator) -> str:
-    """What the estimate is held against: a GPU's memory, or this machine's RAM, said as such (a bare 'cpu: 25.3 GB'
-    beside the total read as the run's need; issue 48)."""
-    what = "this machine's memory" if device.name == "cpu" else f"one {device.name}'s memory"
-    return f"{what}: {_gb(device.memory)}"
+    """What the estimate is held against: a GPU's memory ('H100: 80.0 GB'), or this machine's RAM, said as such (a
+    bare 'cpu: 25.3 GB' beside the total read as the run's need; issue 48)."""
+    return f"{'this machine' if device.name == 'cpu' else device.name}: {_gb(device.memory)}"
 
 
 def _gb(n: float) -> str:
