@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from angpt.study.arms import Arm
-from angpt.study.estimate import estimate_run_seconds, measure_step_times
+from angpt.study.estimate import estimate_run_seconds, measure_step_times, plan_device
 from angpt.study.plan import Plan
 from angpt.study.store import RunSpec, load_record
 from angpt.units import format_lr, format_tokens, hms
@@ -128,18 +128,12 @@ def plan_cost(plan: Plan, report_dir: Path, *, mfu: float | None = None) -> tupl
     for arm in plan.arms:
         cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[-1], plan.seeds[0], 1e-3, "unused"))
         cfg.out = None  # planned as a fresh run: nothing to read
-        report = plan_run(cfg, gpus=1, gpu="cpu" if plan_device_is_cpu(plan) else None, mfu=mfu)
+        report = plan_run(cfg, gpus=1, gpu="cpu" if plan_device(plan).type == "cpu" else None, mfu=mfu)
         step_s[arm.label], params[arm.label] = report.step_time, report.params
     runs = [(spec.arm, spec.budget) for spec, done in dr.sweep if not done] + [(a, b) for a, b, _ in dr.main]
     runs += [(a.label, plan.budgets[-1]) for a in plan.arms if plan.checks_lr(a) for _ in range(3)]
     seconds = sum(plan.steps(b) * step_s[a] for a, b in runs)
     return seconds, sum(CHECKPOINT_BYTES_PER_PARAM * params[a] for a, _ in runs), len(runs)
-
-
-def plan_device_is_cpu(plan: Plan) -> bool:
-    from angpt.study.estimate import plan_device
-
-    return plan_device(plan).type == "cpu"
 
 
 def long_plan_warning(plan: Plan, report_dir: Path) -> str | None:
