@@ -7,6 +7,7 @@ gpt+cos's forward pass against a float64 reference written from the equations.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -252,7 +253,7 @@ def test_a_control_on_an_architecture_without_it_is_a_one_line_error(arch, overr
         angpt.build_model(arch, "tiny", **overrides)
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="does not apply"):  # a resolved config (a checkpoint's) is checked too
-        angpt.models.model_from_config(angpt.ModelConfig(arch=arch, **overrides))
+        angpt.models.model_from_config(dataclasses.replace(angpt.make_config(arch, "tiny"), **overrides))
     assert main(["info", "--arch", arch, "--preset", "tiny", "--set", f"{name}={value}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not apply" in err[0], err
@@ -288,9 +289,16 @@ def test_a_checkpoint_written_before_the_controls_still_resumes():
     mcfg = angpt.make_config("angpt", "tiny")
     old = {k: v for k, v in mcfg.to_dict().items() if k not in CONTROLS and k != "cos_tau_init"}
     state = RunState.from_dict({"step": 2, "model_config": old, "run_config": cfg.to_dict()})
-    assert check_resume("ckpt", state, cfg, mcfg, None) == []
+    assert check_resume("ckpt", state, cfg, mcfg, None, recipe=angpt.models.registry.get("angpt").recipe) == []
     with pytest.raises(UserError, match="different model config"):
-        check_resume("ckpt", state, cfg, angpt.make_config("angpt", "tiny", freeze_alpha=True), None)
+        check_resume(
+            "ckpt",
+            state,
+            cfg,
+            angpt.make_config("angpt", "tiny", freeze_alpha=True),
+            None,
+            recipe=angpt.models.registry.get("angpt").recipe,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- bf16

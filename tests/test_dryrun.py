@@ -377,7 +377,7 @@ def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
     for micro_batch, budget, b in ((1, 1e20, 1), (2, 1e20, 2), (16, 1e20, 16), (16, 3.5, 3), (16, 0.0, 1)):
         cfg = load_run_config(None, {"arch": "angpt", "preset": "tiny", "train.micro_batch": micro_batch,
                                      "train.batch_tokens": micro_batch * 64, "train.dtype": "fp32"})  # fmt: skip
-        run = setup.resolve_fresh(cfg, device=torch.device("cpu"))
+        run = setup.resolve(cfg, device=torch.device("cpu"))
         t = min(run.seq_len, mcfg.context_length, 256)
         monkeypatch.setattr(dryrun, "PROBE_FLOPS", budget * per_token * t)  # `budget` sequences' worth
         mfu = dryrun.measured_cpu_mfu(run, "fp32", peak=1e12)

@@ -382,6 +382,7 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     peak rate would still refuse a changed rate, later and in other words; this test fails then.)"""
 
     from angpt.errors import UserError
+    from angpt.models import registry
     from angpt.train.config import load_run_config, resolve_model_config
     from angpt.train.resume import FIXED_TRAIN, check_resume
 
@@ -406,9 +407,16 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     from angpt.data import data_identity, load_meta
 
     mcfg = resolve_model_config(cfg0, load_meta(data_dir))
-    assert check_resume(ckpt, state, cfg0, mcfg, data_identity(data_dir), state.compute_dtype) == []
+    assert (
+        check_resume(
+            ckpt, state, cfg0, mcfg, data_identity(data_dir), state.compute_dtype, recipe=registry.get("gpt+").recipe
+        )
+        == []
+    )
     assert set(FIXED_TRAIN) <= set(values)  # a new fixed field needs a value here
     for key in values:  # every field this test knows, whatever the module's list says today
         cfg = load_run_config(None, {**base, f"train.{key}": values[key]})
         with pytest.raises(UserError, match=rf"cannot resume .* with train\.{key}="):
-            check_resume(ckpt, state, cfg, mcfg, data_identity(data_dir), state.compute_dtype)
+            check_resume(
+                ckpt, state, cfg, mcfg, data_identity(data_dir), state.compute_dtype, recipe=registry.get("gpt+").recipe
+            )

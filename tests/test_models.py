@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import angpt
+from angpt.errors import ConfigError
 from angpt.models import ModelConfig, make_config, registry
 from angpt.models import angpt as angpt_module
 from angpt.models.constraints import apply_constraints
@@ -444,14 +445,24 @@ def test_unit_norm_and_unit_qk_values_and_gradients_against_finite_differences()
 
 @pytest.mark.parametrize("arch", list(registry.ARCHITECTURES))
 def test_an_architectures_defaults_live_in_one_place(arch):
-    """ModelConfig(arch=x) is make_config(x): the registry entry's defaults apply however the config is made, and
-    nowhere else holds them (models/config.py's ARCH_DEFAULT fields)."""
+    """The registry entry's defaults are what make_config gives the ARCH_DEFAULT fields, and nowhere else holds
+    them: models/config.py keeps no table the registry fills, and a config built directly that leaves such a field
+    to the architecture is refused in one line rather than taking another architecture's value."""
+    import angpt.models.config as config_module
     from angpt.models.config import ARCH_FIELDS, BASE
 
-    assert ModelConfig(arch=arch) == make_config(arch) == make_config(arch, "demo")
     spec = registry.get(arch)
+    made = make_config(arch)
+    assert made == make_config(arch, "demo")
     for name in ARCH_FIELDS:
-        assert getattr(ModelConfig(arch=arch), name) == spec.config.get(name, BASE[name])
+        assert getattr(made, name) == spec.config.get(name, BASE[name])
+    assert not [k for k, v in vars(config_module).items() if isinstance(v, dict) and arch in v]
+    with pytest.raises(
+        ConfigError, match=r"leaves model\.\w+ to the architecture: build it with angpt\.make_config"
+    ) as e:
+        ModelConfig(arch=arch)
+    assert "\n" not in str(e.value)
+    assert ModelConfig(arch=arch, **{k: getattr(made, k) for k in ARCH_FIELDS}) == made
     # a stored config that predates a field reads it as off, whatever the architecture's default is today
     stored = {k: v for k, v in make_config(arch, "tiny").to_dict().items() if k not in ARCH_FIELDS}
     assert all(getattr(ModelConfig.from_dict(stored), k) == BASE[k] for k in ARCH_FIELDS)

@@ -267,7 +267,7 @@ def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_
     from angpt.train import hardware
     from angpt.train.config import RunConfig
     from angpt.train.resume import check_resume
-    from angpt.train.start import resumed_dtype
+    from angpt.train.setup import resumed_dtype
 
     mcfg = angpt.make_config("angpt", "tiny")
 
@@ -282,17 +282,23 @@ def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_
         return c
 
     new = state("auto", "bf16")
-    assert check_resume("ckpt", new, cfg("bf16"), mcfg, None, "bf16") == []  # auto -> bf16, now named: same run
+    assert (
+        check_resume("ckpt", new, cfg("bf16"), mcfg, None, "bf16", recipe=angpt.models.registry.get("angpt").recipe)
+        == []
+    )  # auto -> bf16, now named: same run
     with pytest.raises(UserError, match="computing in fp32 .*trained in bf16"):
-        check_resume("ckpt", new, cfg("fp32"), mcfg, None, "fp32")
+        check_resume("ckpt", new, cfg("fp32"), mcfg, None, "fp32", recipe=angpt.models.registry.get("angpt").recipe)
     cpu = torch.device("cpu")
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # this machine would pick fp32
     assert resumed_dtype("auto", new, cpu) == "bf16"  # auto keeps the run's dtype on any machine
     assert resumed_dtype("fp32", new, cpu) == "fp32"  # an explicit request is what it says (refused above)
     old = state("auto")  # written before compute_dtype was recorded
-    assert check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32") == []
+    assert (
+        check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32", recipe=angpt.models.registry.get("angpt").recipe)
+        == []
+    )
     with pytest.raises(UserError, match="train.dtype='bf16': the run was trained with 'auto'"):
-        check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16")
+        check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16", recipe=angpt.models.registry.get("angpt").recipe)
     assert resumed_dtype("auto", old, cpu) == "fp32"
 
 

@@ -327,7 +327,7 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     would be 5x), and resuming one under today's defaults is refused, naming the field."""
     from angpt.checkpoint import RunState
     from angpt.errors import UserError
-    from angpt.models import ModelConfig, build_model, make_config, model_from_config
+    from angpt.models import ModelConfig, build_model, make_config, model_from_config, registry
     from angpt.train.config import RunConfig
     from angpt.train.resume import check_resume
 
@@ -343,7 +343,7 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     cfg = RunConfig(arch="angpt", preset="tiny")
     with pytest.raises(UserError, match="alpha_speed"):
         state = RunState(step=0, model_config=written, run_config=cfg.to_dict())
-        check_resume("ckpt", state, cfg, make_config("angpt", "tiny"), None)
+        check_resume("ckpt", state, cfg, make_config("angpt", "tiny"), None, recipe=registry.get("angpt").recipe)
 
 
 def test_angpt_alpha_starts_at_the_papers_001_and_steps_as_far_as_ngpts_alpha():

@@ -1,4 +1,4 @@
-"""One decision starts a run (train/start.py): fresh, resume or init_from, from the run folder read once; the
+"""One decision starts a run (train/setup.py, decide): fresh, resume or init_from, from the run folder read once; the
 conflicting options refused; the dry run and a study's runner asking the same decision."""
 
 import json

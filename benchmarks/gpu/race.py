@@ -32,7 +32,7 @@ from angpt.train.config import load_run_config
 from angpt.train.dist import DistInfo
 from angpt.train.hardware import peak_for_device_name
 from angpt.train.loop import held_out_loss
-from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.setup import ResolvedRun, build, resolve
 from angpt.train.step import synchronize
 
 
@@ -89,7 +89,7 @@ class ArmRunner:
         rc = load_run_config(
             None, {**self.overrides, "train.lr": run.lr, "train.seed": run.seed, "train.max_steps": run.steps}
         )
-        return resolve_fresh(rc, device=self.info.device, meta=load_meta(rc.data))
+        return resolve(rc, device=self.info.device, meta=load_meta(rc.data))
 
     def run(
         self,

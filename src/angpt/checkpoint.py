@@ -86,7 +86,9 @@ class RunState:
     world_size: int = 1
     data_identity: dict[str, Any] | None = None  # tokenizer hash and data fingerprint, checked on resume
     compute_dtype: str | None = None  # "bf16" or "fp32": a run computes in one dtype for life
-    recipe: dict[str, Any] | None = None  # the optimizer recipe's values the run took (train/resume.recipe_used)
+    recipe: dict[str, Any] | None = (
+        None  # the optimizer recipe's values the run took (Recipe.used, as train/setup.py resolved them)
+    )
     resolved: dict[str, Any] | None = None  # the run as train/setup.py resolved it: a resume is compared with it
     best_val_loss: float | None = None
     best_step: int | None = None

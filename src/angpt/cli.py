@@ -46,7 +46,6 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     from angpt.models.laurel import laurel_params
     from angpt.train.config import TrainConfig
-    from angpt.train.resume import recipe_used
 
     arch, variant = registry.resolve_arm(args.arch or "angpt")  # an architecture, or a variant (ngpt_frozen_alpha)
     cfg = make_config(arch, args.preset or "demo", **{**variant, **_parse_overrides(args.set or [])})
@@ -56,7 +55,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     params = {"total": model.num_params(), "non_embedding": model.num_params(embeddings=False)}
     if cfg.laurel_parts:
         params["laurel"] = laurel_params(model)
-    recipe = recipe_used(arch, args.preset or "demo", TrainConfig())  # what a run takes where train.* is unset
+    recipe = registry.get(arch).recipe.used(args.preset or "demo", TrainConfig())  # a run's where train.* is unset
     info = {"config": cfg.to_dict(), "constants": constants, "params": params, "recipe": recipe}
     print(json.dumps(info, indent=2, default=str))
     return 0
@@ -117,7 +116,7 @@ def run_config_from_args(args: argparse.Namespace):
     """The run config `angpt train`'s flags describe: a resumed run's stored settings, then the recipe, then the named
     flags, then --section.key values."""
     from angpt.train.config import load_run_config, parse_overrides
-    from angpt.train.start import resumed_settings
+    from angpt.train.setup import resumed_settings
 
     overrides = []
     for key in ("arch", "preset", "data", "out", "dist", "resume"):

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from angpt.models import inspect_norms, make_config, registry
+from angpt.models import inspect_norms, make_config
 from angpt.train.config import load_run_config
 from angpt.train.dist import DistInfo
-from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.setup import ResolvedRun, build, resolve
 from angpt.train.step import Batch, autocast, synchronize
 
 # The issue-22 stability criteria: after step 5 the training loss never exceeds 1.3x its running minimum, and no
@@ -153,7 +153,7 @@ def _resolved(arm, preset, lr, max_steps, batch_tokens, accum, dtype, seed, comp
         "train.seq_len": T, "train.micro_batch": micro, "train.batch_tokens": micro * accum * T,
         "train.dtype": dtype, "train.seed": seed, "train.compile": compile,
     }  # fmt: skip
-    return resolve_fresh(load_run_config(None, overrides), device=device)
+    return resolve(load_run_config(None, overrides), device=device)
 
 
 def first_steps(
@@ -200,7 +200,7 @@ def first_steps(
     net, sched, step_fn = built.base, built.scheduler, built.step
     run = FirstSteps(arm=arm, lr=lr, steps=steps, batch_tokens=batch_tokens, params=net.num_params())
     probe = probe.to(dev)
-    before_step, side = registry.of(net).before_step, _side(side_batches, arm, dev)
+    before_step, side = resolved.spec.before_step, _side(side_batches, arm, dev)
     start = time.time()
     first_loss = None
     graphs = _graphs_compiled()

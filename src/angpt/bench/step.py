@@ -24,7 +24,7 @@ from angpt.models.layers import cross_entropy
 from angpt.train.config import load_run_config
 from angpt.train.dist import DistInfo
 from angpt.train.hardware import keep_freed_memory, matmul_peak
-from angpt.train.setup import ResolvedRun, build, resolve_fresh
+from angpt.train.setup import ResolvedRun, build, resolve
 from angpt.train.step import autocast, synchronize
 
 
@@ -102,7 +102,7 @@ def bench_run(
         "train.lr": 1e-4, "train.max_steps": 10_000, "train.dtype": dtype, "train.compile": compile,
         "train.seed": seed, "train.fused_loss": fused_loss,
     }  # fmt: skip
-    return label, peer, resolve_fresh(load_run_config(None, overrides), device=device)
+    return label, peer, resolve(load_run_config(None, overrides), device=device)
 
 
 @contextlib.contextmanager

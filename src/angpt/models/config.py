@@ -2,11 +2,12 @@
 
 One dataclass covers every architecture (litgpt-style): fields that an architecture does not use are ignored by
 it. An architecture's own defaults live in one place, its registry entry (models/registry.py, `ArchSpec.config`):
-a field whose default differs between architectures defaults to ARCH_DEFAULT here, and `ModelConfig(arch=...)`
-takes the entry's value for it (the registry hands its entries' defaults to ARCH_DEFAULTS when it registers them),
-else the field's BASE value. So `ModelConfig(arch=x)` and `make_config(x)` are the same config. A stored config
-(`from_dict`: a checkpoint's, a run's) reads a field it predates as its BASE value: the field did not exist, so the
-run had it off. Every open choice (docs/architectures.md#open-choices) is a field.
+a field whose default differs between architectures defaults to ARCH_DEFAULT here, and the registry's `make_config`
+gives it the entry's value (else the field's BASE value) through `ModelConfig.create(data, defaults)`; this module
+holds no architecture's values and the registry writes nothing into it. A config built directly that leaves such a
+field to the architecture is refused in one line (build it with `make_config`). A stored config (`from_dict`: a
+checkpoint's, a run's) reads a field it predates as its BASE value: the field did not exist, so the run had it off.
+Every open choice (docs/architectures.md#open-choices) is a field.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ BASE: dict[str, Any] = {
     "weight_norm": False,
     "attention": "dot",
 }
-ARCH_DEFAULTS: dict[str, dict[str, Any]] = {}  # architecture -> its entry's defaults (filled by the registry)
 
 
 @dataclass
@@ -152,10 +152,12 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the config
 
     def __post_init__(self) -> None:
-        defaults = ARCH_DEFAULTS.get(self.arch, {})
-        for name in ARCH_FIELDS:
-            if getattr(self, name) is ARCH_DEFAULT:
-                setattr(self, name, defaults.get(name, BASE[name]))
+        left = [name for name in ARCH_FIELDS if getattr(self, name) is ARCH_DEFAULT]
+        if left:
+            raise ConfigError(
+                f"ModelConfig(arch={self.arch!r}) leaves model.{left[0]} to the architecture: build it with "
+                f"angpt.make_config({self.arch!r}, preset, **overrides), which applies the registry entry's defaults"
+            )
         self.validate()
 
     # ----------------------------------------------------------------------------------------------- derived
@@ -283,18 +285,20 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """A stored config (a checkpoint's, a run's): a field it predates takes its BASE value, not the
         architecture's default of today (the run was trained without it)."""
-        return cls.create({**{k: BASE[k] for k in ARCH_FIELDS if k not in data}, **data})
+        return cls.create(data)
 
     @classmethod
-    def create(cls, data: dict[str, Any]) -> ModelConfig:
-        """A new config from a dict (a preset with overrides): fields not given take the architecture's defaults;
-        an unknown key is a one-line ConfigError naming the valid ones."""
+    def create(cls, data: dict[str, Any], defaults: dict[str, Any] | None = None) -> ModelConfig:
+        """A new config from a dict (a preset with overrides): an ARCH_DEFAULT field not given takes `defaults`'
+        value (the architecture's, as the registry's make_config passes them), else its BASE one; an unknown key is
+        a one-line ConfigError naming the valid ones."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             named = ", ".join(k + did_you_mean(k, known) for k in unknown)
             raise ConfigError(f"unknown model config key(s): {named}; valid keys: {', '.join(sorted(known))}")
-        return cls(**data)
+        given = defaults or {}
+        return cls(**{**{k: given.get(k, BASE[k]) for k in ARCH_FIELDS}, **data})
 
 
 ARCH_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.default is ARCH_DEFAULT)

@@ -28,7 +28,7 @@ from angpt.errors import ConfigError
 from angpt.models import tokenformer
 from angpt.models.angpt import ANGPT, calibrate_during_training
 from angpt.models.base import LanguageModel
-from angpt.models.config import ARCH_DEFAULTS, ARCH_FIELDS, CONTROLS, PRESETS, ModelConfig
+from angpt.models.config import ARCH_FIELDS, CONTROLS, PRESETS, ModelConfig
 from angpt.models.constants import angpt_constants
 from angpt.models.folded import FoldedANGPT, FoldedGPT, FoldedNGPT
 from angpt.models.gpt import GPT
@@ -144,15 +144,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}  # name -> (architecture, c
 
 
 def register(spec: ArchSpec) -> ArchSpec:
-    """Add an architecture (a name may be registered once). Its config defaults become what
-    `ModelConfig(arch=name)` takes (models/config.py: ARCH_DEFAULTS)."""
+    """Add an architecture (a name may be registered once). Its config defaults are what `make_config(name)`
+    gives the ARCH_DEFAULT fields (models/config.py)."""
     if spec.name in ARCHITECTURES or spec.name in VARIANTS:
         raise ValueError(f"architecture {spec.name!r} is already registered")
     unknown = sorted(set(spec.config) - set(ARCH_FIELDS))
     if unknown:
         raise ValueError(f"{spec.name}: config default {unknown[0]!r} is not an ARCH_DEFAULT field (models/config.py)")
     ARCHITECTURES[spec.name] = spec
-    ARCH_DEFAULTS[spec.name] = spec.config  # the entry's own dict: one place, whoever reads it
     return spec
 
 
@@ -209,7 +208,7 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
     made for `arch` keeps every value (its choices over those defaults, e.g. anGPT's nu_att=dense, stay); one made
     for another architecture keeps its shape and takes `arch`'s defaults.
     """
-    get(arch)
+    spec = get(arch)
     if isinstance(preset, ModelConfig):
         base = preset.to_dict()
         if preset.arch != arch:
@@ -220,7 +219,7 @@ def make_config(arch: str, preset: str | ModelConfig | dict[str, Any] = "demo", 
         base = dict(PRESETS[preset])
     else:
         raise ConfigError(f"unknown preset {preset!r}; use one of: {', '.join(PRESETS)}")
-    return check_config(ModelConfig.create({**base, **overrides, "arch": arch}))
+    return check_config(ModelConfig.create({**base, **overrides, "arch": arch}, spec.config))
 
 
 def build_model(arch: str, config: str | ModelConfig | dict[str, Any] = "demo", **overrides: Any) -> LanguageModel:

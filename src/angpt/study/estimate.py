@@ -27,11 +27,11 @@ def train_step_for(plan: Plan, arm: Arm, device, meta: dict | None = None):
     from angpt.train.config import load_run_config
     from angpt.train.dist import DistInfo
     from angpt.train.hardware import keep_freed_memory
-    from angpt.train.setup import build, resolve_fresh
+    from angpt.train.setup import build, resolve
 
     cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[0], plan.seeds[0], 1e-3, "unused"))
     cfg.out = None  # a fresh run: no folder to read
-    run = resolve_fresh(cfg, device=device, meta=meta if meta is not None else load_meta(plan.data))
+    run = resolve(cfg, device=device, meta=meta if meta is not None else load_meta(plan.data))
     if device.type == "cpu":
         keep_freed_memory()  # as the trainer sets up its process
     built = build(run, DistInfo(device=device))

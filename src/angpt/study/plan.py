@@ -111,7 +111,7 @@ class Plan:
     def centre_lr(self, arm: Arm) -> float:
         if arm.label in self.centres:
             return float(self.centres[arm.label])
-        return float(self.lr.get(arm.label, registry.get(arm.arch).recipe.lr_for(self.preset)))
+        return float(self.lr.get(arm.label, recipe_lr(arm.arch, self.preset)))
 
     def initial_grid(self, arm: Arm) -> list[float]:
         """The arm's LR grid before any extension, ascending."""
@@ -238,10 +238,19 @@ def _legacy_centres(arms: list[Arm], lr: dict[str, float]) -> dict[str, float]:
     centres = {}
     for arm in arms:
         try:
-            centres[arm.label] = float(lr.get(arm.label, registry.get(arm.arch).recipe.lr))
+            centres[arm.label] = float(lr.get(arm.label, recipe_lr(arm.arch, None)))
         except ConfigError:
             continue
     return centres
+
+
+def recipe_lr(arch: str, preset: str | None) -> float:
+    """The rate a study centres an arm's sweep on where --lr leaves it: its architecture's recipe's at `preset`, or
+    at the small presets (`preset` None: Recipe.lr, what a ladder's dial-made sizes and plans stored before
+    Recipe.lr_at take); a one-line ConfigError for an architecture not registered. The study's one lookup of a
+    recipe's rate; a run's own is train/resume.py's recipe_value."""
+    recipe = registry.get(arch).recipe
+    return recipe.lr if preset is None else recipe.lr_for(preset)
 
 
 def dataset_fingerprint(data: str | Path) -> dict[str, Any]:

@@ -21,13 +21,12 @@ import torch
 
 from angpt import units
 from angpt.errors import ConfigError
-from angpt.models import ModelConfig, describe_constants, model_from_config, registry
+from angpt.models import ModelConfig, registry
 from angpt.models.base import LanguageModel
-from angpt.train import start
 from angpt.train.config import RunConfig
 from angpt.train.dist import DistInfo
 from angpt.train.hardware import ACCELERATORS, Accelerator, accelerator, cpu_memory, measured_cpu_peak
-from angpt.train.setup import ResolvedRun, build, resolve
+from angpt.train.setup import ResolvedRun, build, model_config, resolve
 from angpt.train.step import resolve_dtype
 
 GPU_CHOICES = (*ACCELERATORS, "cpu")
@@ -133,20 +132,24 @@ def plan_run(
         raise ConfigError(f"--dry-run-gpu {gpu!r} is not known; use one of: {', '.join(GPU_CHOICES)}") from None
     cfg.validate()
     tc = cfg.train
-    decided = _start(cfg)
-    mcfg, vocab_from = decided.model, decided.model_from
-    try:
-        run = resolve(cfg, decided, device=torch.device("cpu"), world_size=gpus)
+    meta = identity = None
+    if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
+        from angpt.data import data_identity, load_meta
+
+        meta, identity = load_meta(cfg.data), data_identity(cfg.data)
+    try:  # the trainer's own decision (a resume's or init_from's checkpoint settles the model, dtype and recipe),
+        # reading the run folder without touching it
+        run = resolve(cfg, device=torch.device("cpu"), world_size=gpus, meta=meta, data_identity=identity)
     except ConfigError as e:
-        T = tc.seq_len or mcfg.context_length
+        T = tc.seq_len or model_config(cfg, meta)[0].context_length
         fits = [n for n in range(gpus, 0, -1) if (tc.batch_tokens // T) % (tc.micro_batch * n) == 0]
         hint = f", or plan for --dry-run-gpus {fits[0]}" if fits and not tc.batch_tokens % T else ""
         raise ConfigError(f"{e} (for --dry-run-gpus {gpus}){hint}" if "batch_tokens" in str(e) else str(e)) from None
-    T, accum = run.seq_len, run.accum
+    T, accum, mcfg = run.seq_len, run.accum, run.model
 
-    describe_constants(mcfg)  # computes (and caches) any Monte Carlo constants on the CPU: meta tensors hold no values
+    run.spec.describe(mcfg)  # computes (and caches) any Monte Carlo constants on the CPU: meta tensors hold no values
     with torch.device("meta"):
-        model = model_from_config(mcfg)
+        model = run.spec.model(mcfg)
 
     if device is None:
         dtype = resolve_dtype(tc.dtype, torch.device("cpu"))
@@ -168,7 +171,7 @@ def plan_run(
         arch=cfg.arch,
         preset=cfg.preset,
         model=mcfg,
-        vocab_from=vocab_from,
+        vocab_from=run.model_from,
         params=model.num_params(),
         params_non_embedding=model.num_params(embeddings=False),
         flops_per_token=flops,
@@ -255,18 +258,6 @@ def _optimizer_summary(run: ResolvedRun) -> str:
     return f"{optimizer}, peak lr {run.lr:g}{run.lr_from}, " + (
         f"{run.warmup_steps:,} warm-up steps, {decay}" if run.warmup_steps else f"no warm-up, {decay}"
     )
-
-
-def _start(cfg: RunConfig) -> start.Start:
-    """How `angpt train` would start this run, by the trainer's own decision (train/start.py), reading the run folder
-    without touching it: a resume's or init_from's checkpoint settles the model, dtype and recipe there as it would
-    in the run."""
-    meta = identity = None
-    if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
-        from angpt.data import data_identity, load_meta
-
-        meta, identity = load_meta(cfg.data), data_identity(cfg.data)
-    return start.decide(cfg, meta, torch.device("cpu"), identity, clean=False, report=False)
 
 
 # ------------------------------------------------------------------------------------------------- memory

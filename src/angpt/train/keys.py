@@ -8,7 +8,8 @@ import dataclasses
 import inspect
 import re
 
-from angpt.models.config import ARCH_DEFAULT, ARCH_DEFAULTS, BASE, ModelConfig
+from angpt.models import registry
+from angpt.models.config import ARCH_DEFAULT, BASE, ModelConfig
 from angpt.train.config import RunConfig, TrainConfig
 
 _FIELD = re.compile(r"^\s+(\w+): [^=#]+=[^#]*#\s*(.+)$")
@@ -31,7 +32,7 @@ def _show(value: object) -> str:
 def _default(f: dataclasses.Field, arch: str | None = None) -> str:
     if f.default is ARCH_DEFAULT:  # the architecture's: its registry entry's value, or the field's base one
         if arch is not None:
-            return _show(ARCH_DEFAULTS.get(arch, {}).get(f.name, BASE[f.name]))
+            return _show(registry.get(arch).config.get(f.name, BASE[f.name]))
         return "by arch"
     if f.default is not dataclasses.MISSING:
         return _show(f.default)
@@ -40,7 +41,7 @@ def _default(f: dataclasses.Field, arch: str | None = None) -> str:
 
 def _by_arch(name: str) -> str:
     """`[angpt 'mlp'; others 'none']`: a field whose default depends on the architecture, per registry entry."""
-    setting = {arch: d[name] for arch, d in ARCH_DEFAULTS.items() if name in d}
+    setting = {arch: s.config[name] for arch, s in registry.ARCHITECTURES.items() if name in s.config}
     shown = "; ".join(f"{arch} {_show(v)}" for arch, v in setting.items())
     return f" [{shown}; others {_show(BASE[name])}]"
 

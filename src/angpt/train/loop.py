@@ -28,8 +28,6 @@ from angpt import checkpoint as ckpt
 from angpt.checkpoint import RunState
 from angpt.errors import CheckpointError, ConfigError, UserError
 from angpt.lock import DirLock
-from angpt.models import registry
-from angpt.train import start
 from angpt.train.config import RunConfig
 from angpt.train.dist import (
     DistInfo,
@@ -44,7 +42,7 @@ from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.provenance import provenance
 from angpt.train.resume import check_resumed_rate
-from angpt.train.setup import build, resolve
+from angpt.train.setup import RESUME, build, resolve, resuming
 from angpt.train.signals import StopSignals
 from angpt.train.step import autocast, check_compute, synchronize
 from angpt.train.summary import TIMED_AFTER, RunSummary, epochs_note, startup_lines, timed_line
@@ -99,9 +97,9 @@ def train(
 class Trainer:
     """One run: decided, built and restored on construction; `run()` trains to the end or a stop.
 
-    Construction goes one way: the start (train/start.py: fresh, resume or init_from, the model config, dtype,
-    recipe and run id, from the run folder read once), then the model built, wrapped and given its optimizer,
-    then restored from the start's checkpoint (:meth:`_restore`)."""
+    Construction goes one way: the run resolved (train/setup.py: how it starts, fresh, resume or init_from, from the
+    run folder read once; its model config, dtype, recipe and run id), then built (model, optimizer, schedule, step,
+    loader), then restored from the start's checkpoint (:meth:`_restore`)."""
 
     def __init__(
         self,
@@ -129,18 +127,18 @@ class Trainer:
         self.info = info = init_distributed(tc.device)
         self.meta = load_meta(cfg.data)
         self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
-        self.start = start.decide(
-            cfg, self.meta, info.device, self.data_identity, clean=info.is_main, restart_unsaved=restart_unsaved,
-            report=False,
+        self.run_spec = resolve(
+            cfg, device=info.device, world_size=info.world_size, meta=self.meta, data_identity=self.data_identity,
+            clean=info.is_main, restart_unsaved=restart_unsaved,
         )  # fmt: skip
+        self.start = self.run_spec.start
         self.mcfg, self.dtype, self.recipe, self.run_id = (
-            self.start.model,
-            self.start.dtype,
-            self.start.recipe,
+            self.run_spec.model,
+            self.run_spec.dtype,
+            self.run_spec.recipe,
             self.start.run_id,
         )
         check_compatible(self.meta, self.mcfg.vocab_size)
-        self.run_spec = resolve(cfg, self.start, device=info.device, world_size=info.world_size)
         self.cpu_note = cpu_note
         self.T, self.compile = self.run_spec.seq_len, self.run_spec.compile
         check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
@@ -165,20 +163,20 @@ class Trainer:
         self.watch = self._residual_watch()
         self._restore()
         if info.is_main:
-            if self.start.mode == start.RESUME:  # said once the checkpoint is back, not before a later refusal
-                start.resuming(self.start)
+            if self.start.mode == RESUME:  # said once the checkpoint is back, not before a later refusal
+                resuming(self.start)
             for note in self._data_notes():
                 print(f"warning: {note}", file=sys.stderr)
 
     @property
     def resume_from(self) -> Path | None:
-        return self.start.checkpoint if self.start.mode == start.RESUME else None
+        return self.start.checkpoint if self.start.mode == RESUME else None
 
     def _restore(self) -> None:
         """What the start says to bring back, from its checkpoint (its state read once, by the start): a resumed
         run's weights, optimizer, schedule, RNG, data position, step and best validation loss; an init_from run's
         weights only."""
-        where, state, resume = self.start.checkpoint, self.start.state, self.start.mode == start.RESUME
+        where, state, resume = self.start.checkpoint, self.start.state, self.start.mode == RESUME
         if where is None or state is None:
             return
         recorded = state.to_dict()  # its checksums: state.json is not read again
@@ -337,7 +335,7 @@ class Trainer:
 
     def _residual_watch(self) -> ResidualWatch | None:
         """The early warning of a growing residual stream, for architectures with a bound (single process)."""
-        spec = registry.of(self.base)
+        spec = self.run_spec.spec
         if spec.residual_bound is None or self.info.enabled:
             return None
         remedy = self._halve_lr() + (spec.onset_remedy(self.mcfg) if spec.onset_remedy else "")
@@ -430,7 +428,7 @@ class Trainer:
             print(line, file=sys.stderr)
         pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
         spikes = SpikeDetector(tc.spike_factor)
-        self.before_step = registry.of(self.base).before_step  # the architecture's hook, if any, before every step
+        self.before_step = self.run_spec.spec.before_step  # the architecture's hook, if any, before every step
         self.model.train()
         start_norms = None  # logged with the first step, so that a run's rows hold every measurement of the watch
         if self.watch is not None and self.step < tc.max_steps:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -70,6 +71,32 @@ def make_optimizer(
     max_steps: int = 1000,
     weight_decay: float | None = None,
     warmup_steps: int | None = None,
+    optimizer: str | None = None,
+    **schedule: Any,
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The optimizer and LR scheduler of `arch`'s recipe (default: the model's own), constraints attached: the
+    library's entry. `weight_decay`, `warmup_steps` and `optimizer` ("adamw" or "adam") None -> the recipe's; the
+    rest as :func:`optimizer_for`. Call `scheduler.step()` after each `optimizer.step()`."""
+    recipe = registry.get(arch or unwrap(model).config.arch).recipe
+    return optimizer_for(
+        model,
+        lr,
+        max_steps=max_steps,
+        optimizer=recipe.optimizer if optimizer is None else optimizer,
+        weight_decay=recipe.weight_decay if weight_decay is None else weight_decay,
+        warmup_steps=recipe.warmup_steps(max_steps) if warmup_steps is None else warmup_steps,
+        **schedule,
+    )
+
+
+def optimizer_for(
+    model: nn.Module,
+    lr: float,
+    *,
+    max_steps: int,
+    optimizer: str,
+    weight_decay: float,
+    warmup_steps: int,
     min_lr_ratio: float = 0.1,
     betas: tuple[float, float] = (0.9, 0.95),
     eps: float = 1e-8,
@@ -77,45 +104,35 @@ def make_optimizer(
     schedule: str = "cosine",
     decay_fraction: float = 0.2,
     decay_shape: str = "1-sqrt",
-    optimizer: str | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """The optimizer and LR scheduler of `arch`'s recipe (default: the model's own), constraints attached.
-
-    `weight_decay` applies to matrices where the recipe decays at all (AdamW); None -> the recipe's value.
-    `warmup_steps` None -> the recipe's warm-up. `schedule` is "cosine" or "wsd" (see :class:`Schedule`).
-    `optimizer` ("adamw" or "adam") None -> the recipe's; a run resolved by train/setup.py passes all three, and
-    the registry is not asked. Call `scheduler.step()` after each `optimizer.step()`.
-    """
-    base = unwrap(model)
-    given = optimizer is not None and weight_decay is not None and warmup_steps is not None
-    recipe = None if given else registry.get(arch or base.config.arch).recipe
-    kind = optimizer if optimizer is not None else recipe.optimizer
+    """`optimizer` ("adamw": `weight_decay` on matrices; "adam": none) at peak `lr` with `warmup_steps` and a
+    `schedule` ("cosine" or "wsd", see :class:`Schedule`) over `max_steps`, the model's weight constraint attached
+    (`constraints`): every value given, as train/setup.py's `build` passes a resolved run's, so nothing is looked
+    up."""
     if not lr > 0:
         raise ConfigError(f"train.lr={lr!r} must be positive")
     if max_steps <= 0:
         raise ConfigError(f"train.max_steps={max_steps!r} must be a positive integer")
     params = [p for p in model.parameters() if p.requires_grad]
     fused = {"fused": True} if all(p.device.type in ("cuda", "cpu") for p in params) else {}
-    if kind == "adamw":
-        wd = recipe.weight_decay if weight_decay is None else weight_decay
+    if optimizer == "adamw":
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
-    elif kind == "adam":
-        optimizer = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, **fused)
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
+    elif optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, **fused)
     else:
-        raise ConfigError(f"unknown optimizer {kind!r} in the recipe; use adamw or adam")
-    warmup = recipe.warmup_steps(max_steps) if warmup_steps is None else warmup_steps
+        raise ConfigError(f"unknown optimizer {optimizer!r} in the recipe; use adamw or adam")
     if schedule not in SCHEDULES:
         raise ConfigError(f"train.schedule={schedule!r}; use one of: {', '.join(SCHEDULES)}")
-    fn = Schedule(max_steps, warmup, min_lr_ratio, schedule, decay_fraction, decay_shape)
-    if schedule == "wsd" and warmup > fn.decay_start:
+    fn = Schedule(max_steps, warmup_steps, min_lr_ratio, schedule, decay_fraction, decay_shape)
+    if schedule == "wsd" and warmup_steps > fn.decay_start:
         raise ConfigError(
-            f"train.warmup_steps={warmup} runs into the WSD decay, which starts at step {fn.decay_start} of "
+            f"train.warmup_steps={warmup_steps} runs into the WSD decay, which starts at step {fn.decay_start} of "
             f"{max_steps}; lower the warm-up or train.decay_fraction"
         )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, fn)
     if constraints:
-        attach_constraints(model, optimizer)
-    return optimizer, scheduler
+        attach_constraints(model, opt)
+    return opt, scheduler

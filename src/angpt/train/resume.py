@@ -50,27 +50,23 @@ def _resolved(saved: Any) -> Any:
         return saved
 
 
-def recipe_used(arch: str, preset: str, train: Any) -> dict[str, Any]:
-    """The fields of `arch`'s optimizer recipe a run from `preset` with train settings `train` takes (Recipe.used)."""
-    return registry.get(arch).recipe.used(preset, train)
-
-
-def recipe_difference(saved: Any, arch: str, preset: str, train: Any, recipe: Any = None) -> str | None:
+def recipe_difference(saved: Any, arch: str, preset: str, train: Any, recipe: Any) -> str | None:
     """How the recipe fields a run recorded (`saved`, None for runs that predate the record) differ from those the
-    same settings take today (`recipe`: the architecture's Recipe, looked up when not given), as
-    `the ARCH recipe's KEY=WAS (now NOW)`; None when they agree or nothing was recorded."""
+    same settings take today (`recipe`: the architecture's Recipe), as `the ARCH recipe's KEY=WAS (now NOW)`; None
+    when they agree or nothing was recorded."""
     if not isinstance(saved, dict):
         return None
-    now = (recipe or registry.get(arch).recipe).used(preset, train)
+    now = recipe.used(preset, train)
     keys = [k for k in saved if k in now and saved[k] != now[k]]
     return ", ".join(f"the {arch} recipe's {k}={saved[k]!r} (now {now[k]!r})" for k in keys) or None
 
 
-def _recipe_value(
+def recipe_value(
     key: str, value: Any, arch: str, preset: str, recipe: Any, recorded: dict[str, Any] | None = None
 ) -> tuple[Any, str]:
     """(the value a run uses, how it got it): an unset lr or weight decay is the architecture's `recipe`'s at `preset`,
-    as the run recorded it (`recorded`) or, for runs that predate the record, as it is today."""
+    as the run recorded it (`recorded`) or, for runs that predate the record, as it is today. The one place a run's
+    rate is looked up: train/setup.py's resolve and check_resume (what a resumed run trained with) both ask it."""
     if value is None and key in ("lr", "weight_decay"):
         if recorded and key in recorded:
             return recorded[key], f" (the {arch} recipe's when the run started; train.{key} unset)"
@@ -141,9 +137,12 @@ def check_resume(
     mcfg: ModelConfig,
     data_identity: dict[str, Any] | None,
     dtype: str | None = None,
+    *,
+    recipe: Any,
 ) -> list[str]:
     """Raise UserError when checkpoint `path` (its `state`) cannot be resumed as `cfg`, computing in `dtype` (the
-    resolved compute dtype); else the changes applied."""
+    resolved compute dtype), under its architecture's optimizer `recipe` (the registry entry's, as train/setup.py
+    read it); else the changes applied."""
     saved = state.run_config or {}
     saved_train = saved.get("train") or {}
     if (difference := model_difference(state.model_config, mcfg)) is not None:
@@ -155,14 +154,14 @@ def check_resume(
     # older checkpoints compare the requested setting.
     recorded_dtype = state.compute_dtype if dtype is not None else None
     arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)  # the same arch: the model agrees
-    recipe, today = state.recipe, registry.get(cfg.arch).recipe
+    today, recipe = recipe, state.recipe  # the recipe of today; the one the run recorded (None before the record)
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
         if key == "lr" and saved_train[key] is None and "lr" not in (recipe or {}):
             continue  # a run older than the recipe record: its scheduler state has the rate (check_resumed_rate)
-        was = _recipe_value(key, saved_train[key], arch, preset, today, recipe)
-        now = _recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset, today)  # as this run would train
+        was = recipe_value(key, saved_train[key], arch, preset, today, recipe)
+        now = recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset, today)  # as this run would train
         if was[0] != now[0]:
             same = f"pass --train.{key} {was[0]}" if was[0] is not None else "resume without changing it"
             raise UserError(
@@ -245,5 +244,5 @@ def model_drift(run_dir: str | Path, data_meta: dict[str, Any]) -> str | None:
     except UserError as e:
         return f"settings this angpt no longer builds ({e})"
     return model_difference(stored.get("model"), now) or recipe_difference(
-        stored.get("recipe"), cfg.arch, cfg.preset, cfg.train
+        stored.get("recipe"), cfg.arch, cfg.preset, cfg.train, registry.get(cfg.arch).recipe
     )

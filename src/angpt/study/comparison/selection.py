@@ -8,9 +8,8 @@ option was given: a ladder passes each recipe's rate through --lr, and that rate
 from __future__ import annotations
 
 from angpt.errors import ConfigError
-from angpt.models import registry
 from angpt.study.arms import Arm
-from angpt.study.plan import Plan
+from angpt.study.plan import Plan, recipe_lr
 from angpt.units import format_lr, round_lr
 
 
@@ -23,12 +22,12 @@ def lr_source(plan: Plan, arm: Arm) -> str:
     """Where the arm's one learning rate comes from: "its recipe's default at preset demo", or, for a rate set by
     --lr, --lr-values or --lr-grid, "set for this comparison (its recipe's default: 0.002)"."""
     try:
-        recipe = registry.get(arm.arch).recipe
+        at_preset, small = recipe_lr(arm.arch, plan.preset), recipe_lr(arm.arch, None)
     except ConfigError:  # a stored comparison of an architecture no longer registered
         return "given"
     lr = plan.initial_grid(arm)[0]  # its only point where nothing is selected
-    if lr == round_lr(recipe.lr_for(plan.preset)):
+    if lr == round_lr(at_preset):
         return f"its recipe's default at preset {plan.preset}"
-    if lr == round_lr(recipe.lr):
+    if lr == round_lr(small):
         return "its recipe's default"
-    return f"set for this comparison (its recipe's default: {format_lr(recipe.lr_for(plan.preset))})"
+    return f"set for this comparison (its recipe's default: {format_lr(at_preset)})"

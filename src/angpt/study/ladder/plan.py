@@ -20,7 +20,7 @@ from angpt.errors import UserError
 from angpt.models import registry
 from angpt.study.arms import Arm, check_arms, parse_arms
 from angpt.study.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
-from angpt.study.plan import Plan, PlanOptions, make_plan
+from angpt.study.plan import Plan, PlanOptions, make_plan, recipe_lr
 from angpt.study.sweep import SweepResult
 from angpt.units import format_tokens, parse_tokens
 
@@ -120,7 +120,7 @@ class Ladder:
         lr_values = {**self.compare.get("lr_values", {}), **{k: [v] for k, v in (transferred or {}).items()}}
         # The sizes come from the dial, not the preset (its vocabulary and context only): every sweep is centred on
         # the recipe's small-model rate (Recipe.lr), never a larger preset's (Recipe.lr_at), unless --lr gives one.
-        lr = {a.label: registry.get(a.arch).recipe.lr for a in self.arms} | (self.compare.get("lr") or {})
+        lr = {a.label: recipe_lr(a.arch, None) for a in self.arms} | (self.compare.get("lr") or {})
         options = PlanOptions(**{**self.compare, "settings": self._settings_at(size), "lr_values": lr_values, "lr": lr})
         return make_plan(
             self.data,
