@@ -383,3 +383,23 @@ def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
         mfu = dryrun.measured_cpu_mfu(run, "fp32", peak=1e12)
         assert mfu == pytest.approx(one.flops_per_token(t) * t * b / 1e12), (micro_batch, budget)
     assert steps and all(getattr(opt, "weight_constraint", None) is not None for opt in steps)
+
+
+def test_a_cpu_dry_runs_memory_counts_the_process_itself(capsys, monkeypatch):
+    """On the CPU the run's memory is its process's: the interpreter, torch and the tokenizer sit beside the states
+    and activations. gpt2-small on 2 cores peaked 5.33 and 7.91 GB (micro-batch 2 and 4) where the dry run said 5.1
+    and 7.6 without it (issue 48, benchmarks/RESULTS.md). The row is this process's resident memory, it adds to the
+    total, and a GPU plan (whose process lives in host memory) has no such row."""
+    from angpt.train import dryrun
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dryrun, "process_resident", lambda: 0.3e9)
+    cfg = load_run_config(ROOT / "configs" / "demo-angpt.yaml")
+    here = plan_run(cfg, gpu="cpu")
+    m = here.memory
+    assert m.runtime == 0.3e9 and m.total == pytest.approx(m.states + m.working + m.activations + 0.3e9)
+    assert m.total_ckpt == pytest.approx(m.states + m.working + m.activations_ckpt + 0.3e9)
+    text = dryrun.format_report(here)
+    assert re.search(r"the process \(Python, torch; as now\) +0\.3 GB", text), text
+    gpu = plan_run(load_run_config(ROOT / "configs" / "demo-angpt.yaml", {"train.batch_tokens": 32768}), gpu="H100")
+    assert gpu.memory.runtime == 0 and "the process" not in dryrun.format_report(gpu)

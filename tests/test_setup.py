@@ -37,6 +37,8 @@ def test_a_run_is_resolved_once_with_where_its_values_come_from(arch, lr, from_w
     assert run.lr_from == from_words and run.warmup_steps == warmup  # GPT+'s recipe: 5% of 200 steps
     assert run.lr == (lr or 2e-3) and run.accum == 512 // (64 * 4) and run.seq_len == 64
     assert run.optimizer == ("adamw" if arch == "gpt+" else "adam") and run.dtype in ("fp32", "bf16")
+    built = build(run, DistInfo())  # the optimizer the recipe names: AdamW with wd 0 is Adam's update, not its kind
+    assert type(built.optimizer) is (torch.optim.AdamW if arch == "gpt+" else torch.optim.Adam)
     with pytest.raises(Exception, match="seq_len=64 exceeds the model's context length 32"):
         resolve(load_run_config(None, {**over, "model.context_length": 32, "train.seq_len": 64}), device=CPU)
 
