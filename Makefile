@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo train-demo test test-slow test-compat lint format bench constraints clean
+.PHONY: install demo train-demo test test-slow test-slurm slurm-up slurm-down test-compat lint format bench constraints clean
 
 install: $(STAMP)
 
@@ -49,10 +49,21 @@ train-demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow and not slurm"
 
 test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m "slow and not slurm"
+
+# Studies on Slurm (issue 47), against a real one-node Slurm on this machine (scripts/slurm.sh: Debian's slurm-wlm and
+# munge, no cgroups; needs root or sudo). `make test-slurm` starts it and runs the tests marked slurm (~5 min).
+slurm-up:
+	bash scripts/slurm.sh up
+
+slurm-down:
+	bash scripts/slurm.sh down
+
+test-slurm: $(STAMP) slurm-up
+	$(BIN)/pytest -q -m slurm
 
 # The tests at our seams to outside libraries (transformers, lm-eval, datasets, tokenizers, torch.compile, DDP/FSDP2)
 # in throwaway venvs with the newest releases within our ranges and with the oldest we declare; prints a table.

@@ -170,8 +170,9 @@ def plain_jobs(jobs: int | str, threads: int | None) -> tuple[int, int]:
 
 
 def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: int | None = None,
-              dry_run: bool = False, progress: bool = True) -> Any:  # fmt: skip
-    """Run (or resume, or extend) `study` in `out`; its dry run with `dry_run` (nothing is written)."""
+              dry_run: bool = False, progress: bool = True, slurm: Any = None) -> Any:  # fmt: skip
+    """Run (or resume, or extend) `study` in `out`; its dry run with `dry_run` (nothing is written). With `slurm`
+    (study/slurm.py's SlurmOptions) each run is a Slurm job; `jobs` and `threads` are then this machine's only."""
     out = Path(out)
     study.check(out)
     jobs, threads = study.jobs(jobs, threads)
@@ -182,7 +183,7 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
         study.begin(out)
         for unit in study.units(out):
             try:
-                run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress)
+                run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress, slurm=slurm)
             except KeyboardInterrupt:
                 where = f" at {unit.folder.relative_to(out)}" if unit.folder != out else ""
                 print(f"{study.kind} interrupted{where}: re-run the same command to resume ({out})", file=sys.stderr)
@@ -190,7 +191,7 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
         return study.finish(out)
 
 
-def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool) -> Any:
+def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool, slurm: Any = None) -> Any:
     """One plan: its store checked and its plan.json written (a new or extended plan), its runs, its report."""
     folder, plan = unit.folder, unit.plan
     with nullcontext() if unit.locked else folder_lock(folder, verb):
@@ -202,7 +203,7 @@ def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool) 
             write_json(folder / PLAN_FILE, plan.to_dict())
         total, done = token_counts(plan, folder)  # the bar counts tokens, finished runs as done
         bar = Progress(progress, max(total, done), min(done, max(total, done)))
-        runner = Runner(plan, folder, jobs=jobs, threads=threads, progress=bar)
+        runner = Runner(plan, folder, jobs=jobs, threads=threads, progress=bar, slurm=slurm)
         try:
             with TerminateAsInterrupt():
                 sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)

@@ -145,8 +145,9 @@ def worker_command(report_dir: Path, spec: RunSpec, threads: int) -> list[str]:
 class Runner:
     """Runs batches of RunSpecs: in this process (jobs=1) or in `jobs` worker processes."""
 
-    def __init__(self, plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: Progress):
+    def __init__(self, plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: Progress, slurm: Any = None):
         self.plan, self.report_dir, self.jobs, self.threads, self.progress = plan, report_dir, jobs, threads, progress
+        self.slurm = slurm  # study/slurm.py's SlurmOptions: each run a Slurm job; None: on this machine
         self.records: dict[tuple, dict[str, Any]] = {}
         self.trained: list[RunSpec] = []  # runs this invocation actually trained (not skipped)
 
@@ -165,7 +166,9 @@ class Runner:
         todo = [s for s in dict.fromkeys(specs) if self.known(s) is None]
         if not todo:
             return
-        if self.jobs == 1:
+        if self.slurm is not None:
+            self._run_slurm(todo)
+        elif self.jobs == 1:
             for spec in todo:
                 self._record(spec, self._run_here(spec))
         else:
@@ -235,7 +238,7 @@ class Runner:
             while queue or running:
                 while queue and len(running) < self.jobs and not received and interrupted is None:
                     spec = queue.pop(0)
-                    log = logs / ("_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts) + ".log")
+                    log = self._log(spec)
                     running[self._start_worker(spec, log, plan_json, env)] = (spec, log)
                     self.progress.start(self._dir(spec), spec)
                 if received:
@@ -269,6 +272,61 @@ class Runner:
                 name = signal.Signals(received[0]).name
                 print(f"\n{name} received: the running jobs saved a checkpoint and stopped", file=sys.stderr)
             raise StudyInterrupted(received[0] if received else interrupted)  # type: ignore[arg-type]
+
+    def _log(self, spec: RunSpec) -> Path:
+        """The run's log: its worker's output (a Slurm job's too)."""
+        name = "_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts)
+        return self.report_dir / "logs" / f"{name}.log"
+
+    def _run_slurm(self, todo: list[RunSpec]) -> None:
+        """Each run as one Slurm job (study/slurm.py), up to `max_jobs` in Slurm at once; a run whose recorded job
+        is still queued or running is attached to, not submitted again. A job that leaves the queue without the
+        run's result failed (its log's last line is the error), unless its worker was interrupted (exit 130: a
+        signal, its checkpoint saved), which is submitted again and resumes. Ctrl-C leaves the jobs to Slurm (a
+        re-run attaches to them) or, with cancel_on_interrupt, cancels them."""
+        from angpt.study import slurm
+
+        opts = self.slurm
+        (self.report_dir / "logs").mkdir(parents=True, exist_ok=True)
+        plan_file = self.report_dir / "logs" / "slurm-plan.json"
+        plan_file.write_text(json.dumps(self.plan.to_dict()))
+        recorded = {s: slurm.recorded_job(self._dir(s)) for s in todo}
+        still = slurm.alive([j for j in recorded.values() if j])
+        jobs = {s: j for s, j in recorded.items() if j in still}  # attached: queued or running already
+        for spec in jobs:
+            self.progress.start(self._dir(spec), spec)
+        queue = [s for s in todo if s not in jobs]
+        try:
+            while queue or jobs:
+                while queue and (opts.max_jobs is None or len(jobs) < opts.max_jobs):
+                    spec = queue.pop(0)
+                    spec_json = worker_command(self.report_dir, spec, opts.cpus_per_run)[4]
+                    text = slurm.script(self.report_dir, spec_json, spec.name(), self._log(spec), plan_file, opts)
+                    jobs[spec] = slurm.submit(text, spec.name(), opts)
+                    slurm.record_job(self._dir(spec), jobs[spec], spec.name())
+                    self.progress.start(self._dir(spec), spec)
+                time.sleep(opts.poll_s)
+                states = slurm.alive(list(jobs.values()))
+                for spec in [s for s, j in jobs.items() if j not in states]:
+                    jobs.pop(spec)
+                    rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
+                    if rec is not None:
+                        self._record(spec, rec)
+                        continue
+                    log = self._log(spec)
+                    if slurm.worker_exit(log) == INTERRUPTED_EXIT:  # stopped by a signal, checkpoint saved
+                        queue.insert(0, spec)
+                        continue
+                    raise UserError(f"run {spec.name()} failed (Slurm job): {slurm.log_tail(log)} (log: {log})")
+        except KeyboardInterrupt:
+            left = sorted(jobs.values())
+            if left and opts.cancel_on_interrupt:
+                slurm.cancel(left)
+                print(f"\ncancelled Slurm job(s) {', '.join(left)}; re-running resumes them", file=sys.stderr)
+            elif left:
+                print(f"\nSlurm job(s) {', '.join(left)} stay queued or running; re-run the same command to attach "
+                      f"to them, or scancel {' '.join(left)}", file=sys.stderr)  # fmt: skip
+            raise
 
     @staticmethod
     def _stop(running: dict, told: set, timeout: float = 120.0) -> None:

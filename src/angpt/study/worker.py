@@ -1,4 +1,5 @@
-"""One run of a study's plan in its own process: ``python -m angpt.study.worker REPORT SPEC THREADS < plan.json``.
+"""One run of a study's plan in its own process: ``python -m angpt.study.worker REPORT SPEC THREADS < plan.json``,
+or with ``--plan FILE`` (a Slurm job's: study/slurm.py).
 
 Exit status 0: the run is done and its result.json written; 130: interrupted by a signal (checkpoint saved, or
 stopped before training began). Any other status is a failure, with its traceback in the log the parent captured.
@@ -41,9 +42,10 @@ def _run(argv: list[str]) -> int:
     from angpt.study.plan import Plan
     from angpt.study.store import RunSpec
 
-    report_dir, spec_json, threads = argv
+    report_dir, spec_json, threads, *rest = argv
     torch.set_num_threads(int(threads))
-    plan = Plan.from_dict(json.loads(sys.stdin.read()))
+    text = Path(rest[1]).read_text() if rest[:1] == ["--plan"] else sys.stdin.read()
+    plan = Plan.from_dict(json.loads(text))
     arm, budget, seed, lr, setting = json.loads(spec_json)
     spec = RunSpec(arm, int(budget), int(seed), float(lr), tuple((str(k), float(v)) for k, v in setting))
     rec = execute_run(plan, Path(report_dir), spec)

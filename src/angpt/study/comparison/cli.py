@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
@@ -90,6 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             strict=args.strict,
             sample=args.sample,
             sample_tokens=args.sample_tokens,
+            slurm=slurm_options(args),
         )
     except StudyInterrupted as e:
         return 128 + e.signum  # as the shell reports a process a signal stopped (130 SIGINT, 143 SIGTERM)
@@ -124,6 +126,48 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
         print(f"PARTIAL: {partial['finished']} of {partial['planned']} planned runs finished")
     print(f"report rewritten from the store, nothing trained: {report.files['report.md']}")
     return 0
+
+
+SLURM_FLAGS = {  # --slurm.KEY: (type, help)
+    "partition": (str, "the partition each run's job goes to"),
+    "account": (str, "the account charged"),
+    "time": (str, "each job's time limit (HH:MM:SS); a job stopped by it saves and is requeued"),
+    "gpus-per-run": (int, "GPUs per run's job (default 0: a CPU job)"),
+    "cpus-per-run": (int, "CPUs per run's job, and its torch threads (default 1)"),
+    "mem": (str, "memory per job (e.g. 16G)"),
+    "max-jobs": (int, "at most this many of the study's jobs in Slurm at once (default: all at once)"),
+    "poll-s": (float, "seconds between two looks at the queue (default 5)"),
+}
+
+
+def add_executor_flags(s: argparse.ArgumentParser) -> None:
+    """--executor local|slurm and the --slurm.* flags (study/slurm.py)."""
+    s.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "slurm"],
+        help="where runs train: worker processes here, or one Slurm job each (docs/compare.md#on-a-cluster)",
+    )
+    for key, (kind, text) in SLURM_FLAGS.items():
+        s.add_argument(f"--slurm.{key}", dest=f"slurm_{key.replace('-', '_')}", type=kind, default=None, help=text)
+    s.add_argument(
+        "--slurm.cancel",
+        dest="slurm_cancel_on_interrupt",
+        action="store_true",
+        help="Ctrl-C cancels the study's jobs (scancel) instead of leaving them for a re-run to attach to",
+    )
+
+
+def slurm_options(args: argparse.Namespace) -> Any:
+    """The SlurmOptions of `--executor slurm` (None for local); a --slurm.* flag without it is a one-line error."""
+    from angpt.study.slurm import SlurmOptions
+
+    given = {k.removeprefix("slurm_"): v for k, v in vars(args).items() if k.startswith("slurm_") and v}
+    if args.executor != "slurm":
+        if given:
+            raise UserError(f"--slurm.{next(iter(given)).replace('_', '-')} needs --executor slurm")
+        return None
+    return SlurmOptions(**given)
 
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
@@ -187,6 +231,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     )
     s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
     s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
+    add_executor_flags(s)
     s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
     s.add_argument(
         "--report-only",

@@ -127,6 +127,7 @@ def run_comparison(
     sample: str | None = None,
     sample_tokens: int = 80,
     before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
+    slurm: Any = None,
 ) -> Report:
     """Run (or resume, or extend) a comparison and write its report into `report_dir`.
 
@@ -153,7 +154,7 @@ def run_comparison(
         sample_tokens=sample_tokens,
         before_main=before_main,
     )
-    return run_study(study, report_dir, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
+    return run_study(study, report_dir, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)
 
 
 def rewrite_report(
