@@ -141,7 +141,9 @@ SLURM_FLAGS = {  # --slurm.KEY: (type, help)
 
 
 def add_executor_flags(s: argparse.ArgumentParser) -> None:
-    """--executor local|slurm and the --slurm.* flags (study/slurm.py)."""
+    """Where the runs train: --jobs and --threads here, or --executor slurm and its --slurm.* flags (study/slurm.py)."""
+    s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
+    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
     s.add_argument(
         "--executor",
         default="local",
@@ -229,8 +231,6 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         metavar="ARM,...",
         help="add ARM_retuned: ARM swept over LR x weight decay {0, 0.1} x warm-up {0, 1%%, 5%%} at every budget",
     )
-    s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
-    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
     add_executor_flags(s)
     s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
     s.add_argument(
