@@ -130,7 +130,14 @@ def test_a_wrong_partition_is_one_line_and_loses_nothing(data_dir, tmp_path, cap
 @needs_slurm
 def test_ctrl_c_leaves_the_jobs_tracked_or_with_the_flag_cancels_them(data_dir, tmp_path):
     """SIGINT on the driver: its jobs stay in Slurm and it says so (a re-run attaches); with --slurm.cancel they are
-    cancelled. Either way no job is left that no run folder names."""
+    cancelled. Either way no job is left that no run folder names (jobs of earlier tests still leaving the queue
+    set aside)."""
+
+    def queued() -> list[list[str]]:
+        out = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
+        return [line.split() for line in out.splitlines() if "angpt-" in line]
+
+    earlier = {job for job, _ in queued()}
     for cancel in (False, True):
         out = tmp_path / f"study-{cancel}"
         extra = ["--executor", "slurm", "--slurm.poll-s", "0.5", *(["--slurm.cancel"] if cancel else [])]
@@ -148,8 +155,7 @@ def test_ctrl_c_leaves_the_jobs_tracked_or_with_the_flag_cancels_them(data_dir, 
         else:
             assert "re-run the same command to attach" in err, err
             slurm.cancel(sorted(alive))
-        queued = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
-        assert not [line for line in queued.splitlines() if "angpt-" in line and line.split()[0] not in named]
+        assert not [job for job, _ in queued() if job not in named | earlier]
 
 
 def test_without_slurm_the_slurm_flags_say_what_they_need(data_dir, tmp_path, capsys, monkeypatch):

@@ -130,16 +130,15 @@ def stop_signal(returncode: int) -> int | None:
     return None
 
 
-def worker_command(report_dir: Path, spec: RunSpec, threads: int) -> list[str]:
-    """The command line of a worker process that runs `spec` (the plan comes on its stdin)."""
-    return [
-        sys.executable,
-        "-m",
-        "angpt.study.worker",
-        str(report_dir),
-        json.dumps([spec.arm, spec.budget, spec.seed, spec.lr, [list(kv) for kv in spec.setting]]),
-        str(threads),
-    ]
+def worker_command(report_dir: Path, spec: RunSpec, threads: int, plan_file: Path | None = None) -> list[str]:
+    """The command line of a worker process that runs `spec`: the plan comes on its stdin, or from `plan_file` (a
+    Slurm job's, whose paths are absolute: it starts elsewhere)."""
+    spec_json = json.dumps([spec.arm, spec.budget, spec.seed, spec.lr, [list(kv) for kv in spec.setting]])
+    command = [sys.executable, "-m", "angpt.study.worker", str(report_dir), spec_json, str(threads)]
+    if plan_file is None:
+        return command
+    command[3] = str(Path(report_dir).resolve())
+    return [*command, "--plan", str(Path(plan_file).resolve())]
 
 
 class Runner:
@@ -300,8 +299,8 @@ class Runner:
             while queue or jobs:
                 while queue and (opts.max_jobs is None or len(jobs) < opts.max_jobs):
                     spec = queue.pop(0)
-                    spec_json = worker_command(self.report_dir, spec, opts.cpus_per_run)[4]
-                    text = slurm.script(self.report_dir, spec_json, spec.name(), self._log(spec), plan_file, opts)
+                    worker = worker_command(self.report_dir, spec, opts.cpus_per_run, plan_file)
+                    text = slurm.script(worker, spec.name(), self._log(spec), opts)
                     jobs[spec] = slurm.submit(text, spec.name(), opts)
                     slurm.record_job(self._dir(spec), jobs[spec], spec.name())
                     self.progress.start(self._dir(spec), spec)

@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,13 +55,12 @@ class SlurmOptions:
         return out + list(self.extra)
 
 
-def script(report_dir: Path, spec_json: str, name: str, log: Path, plan_file: Path, options: SlurmOptions) -> str:
-    """The batch script of one run: the worker, its plan from `plan_file`, its output into `log` (appended: a
-    requeued job keeps what its first start said), its exit status as the last line. `exec` is not used: the
-    shell must outlive the worker to write that line, and it passes SIGTERM on (--signal=B:TERM) by `wait`."""
-    report_dir, log, plan_file = Path(report_dir).resolve(), Path(log).resolve(), Path(plan_file).resolve()
-    worker = [sys.executable, "-m", "angpt.study.worker", str(report_dir), spec_json, str(options.cpus_per_run),
-              "--plan", str(plan_file)]  # fmt: skip
+def script(worker: list[str], name: str, log: Path, options: SlurmOptions) -> str:
+    """The batch script of one run: the `worker` command (study/execute.py's worker_command, its plan from a file),
+    its output into `log` (appended: a requeued job keeps what its first start said), its exit status as the last
+    line. `exec` is not used: the shell must outlive the worker to write that line, and it passes SIGTERM on
+    (--signal=B:TERM) by `wait`."""
+    log = Path(log).resolve()
     job = re.sub(r"[^A-Za-z0-9_.+-]+", "-", name)  # a directive ends at the first space
     lines = ["#!/bin/bash", f"#SBATCH --job-name=angpt-{job}", f"#SBATCH --output={log}", "#SBATCH --open-mode=append"]
     lines += [f"#SBATCH {o}" for o in options.sbatch_options()]

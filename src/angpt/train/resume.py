@@ -154,14 +154,14 @@ def check_resume(
     # older checkpoints compare the requested setting.
     recorded_dtype = state.compute_dtype if dtype is not None else None
     arch, preset = saved.get("arch", cfg.arch), saved.get("preset", cfg.preset)  # the same arch: the model agrees
-    today, recipe = recipe, state.recipe  # the recipe of today; the one the run recorded (None before the record)
+    kept = state.recipe  # the recipe values the run recorded (None for runs before the record)
     for key in FIXED_TRAIN if recorded_dtype is not None else (*FIXED_TRAIN, "dtype"):
         if key not in saved_train:
             continue
-        if key == "lr" and saved_train[key] is None and "lr" not in (recipe or {}):
+        if key == "lr" and saved_train[key] is None and "lr" not in (kept or {}):
             continue  # a run older than the recipe record: its scheduler state has the rate (check_resumed_rate)
-        was = recipe_value(key, saved_train[key], arch, preset, today, recipe)
-        now = recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset, today)  # as this run would train
+        was = recipe_value(key, saved_train[key], arch, preset, recipe, kept)
+        now = recipe_value(key, getattr(cfg.train, key), cfg.arch, cfg.preset, recipe)  # as this run would train
         if was[0] != now[0]:
             same = f"pass --train.{key} {was[0]}" if was[0] is not None else "resume without changing it"
             raise UserError(
@@ -170,7 +170,7 @@ def check_resume(
             )
     # What the loop cannot see: the optimizer, and the warm-up's fraction and cap where train.warmup_steps stays unset
     # (a changed unset rate or weight decay has stopped above, with its own message).
-    if (difference := recipe_difference(recipe, arch, preset, cfg.train, today)) is not None:
+    if (difference := recipe_difference(kept, arch, preset, cfg.train, recipe)) is not None:
         raise UserError(
             f"cannot resume {path}: {difference} since the run started; set the run's value (train.*) to "
             "resume it as it was trained, or start a new run (--out)"
