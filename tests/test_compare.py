@@ -1135,3 +1135,29 @@ def test_a_plan_longer_than_an_hour_here_says_so_before_it_starts(data_dir, tmp_
 
     Comparison(plan, command="test", strict=False, sample=None, sample_tokens=8).begin(tmp_path / "c")
     assert f"warning: this plan is {n} run(s)" in capsys.readouterr().err
+
+
+def test_a_failed_worker_stops_the_study_and_its_report_shows_the_logs_tail(data_dir, tmp_path, monkeypatch):
+    """A worker that fails (exit 1, a traceback in its log): the study stops with the log's last line, the PARTIAL
+    report lists the run as failed with its exit status and the log's tail, and re-running trains it; the
+    failure leaves the store and the report with it."""
+    from angpt.study import execute as runner
+    from angpt.study.execute import RunFailed
+    from angpt.study.store import FAILED_FILE
+
+    real = runner.worker_command
+    crash = "import sys; print('step 3 of 8'); print('Traceback (most recent call last):'); " + (
+        "print('RuntimeError: out of memory on the way'); sys.exit(1)"
+    )
+    monkeypatch.setattr(runner, "worker_command", lambda *a: [sys.executable, "-c", crash])
+    plan = make_plan(data_dir, **{**TINY, "budgets": [2048]}, arms=["gpt+"], seeds=[0], lr_grid=[1])
+    out = tmp_path / "study"
+    with pytest.raises(RunFailed, match=r"failed \(exit 1\): RuntimeError: out of memory on the way \(log: "):
+        run_comparison(plan, out, jobs=2, threads=1, progress=False)
+    report = (out / "report.md").read_text()
+    assert "PARTIAL" in report and "## Failed runs" in report and "FAILED (below)" in report
+    assert "Exit status 1;" in report and "step 3 of 8\nTraceback (most recent call last):\nRuntimeError" in report
+    (failed,) = out.glob(f"runs/**/{FAILED_FILE}")
+    monkeypatch.setattr(runner, "worker_command", real)
+    run_comparison(plan, out, jobs=2, threads=1, progress=False)
+    assert not failed.exists() and "Failed runs" not in (out / "report.md").read_text()

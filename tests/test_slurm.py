@@ -103,7 +103,9 @@ def test_scontrol_requeue_resumes_the_run_and_it_ends_as_it_would_have(data_dir,
     assert ckpt is not None, "no checkpoint appeared"
     (job,) = [json.loads(p.read_text())["job_id"] for p in out.glob("runs/**/" + slurm.JOB_FILE)]
     subprocess.run(["scontrol", "requeue", job], check=True)
-    time.sleep(1)
+    deadline = time.time() + 90
+    while slurm.alive([job]).get(job) != "PENDING" and time.time() < deadline:  # the worker saves, then it queues
+        time.sleep(0.2)
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)  # Slurm holds it a while
     _, err = driver.communicate(timeout=600)
     assert driver.returncode == 0, err[-2000:]
@@ -125,6 +127,20 @@ def test_a_wrong_partition_is_one_line_and_loses_nothing(data_dir, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("angpt compare: error: Slurm refused run ") and "nowhere" in err[-1].lower(), err
     assert {p: p.read_bytes() for p in out.glob("runs/**/result.json")} == before
+
+
+@needs_slurm
+def test_a_job_the_partition_cannot_hold_is_one_line_not_a_wait_forever(data_dir, tmp_path, capsys):
+    """Four ranks of one CPU each on a two-CPU node: Slurm queues the job (PartitionConfig) but never starts it. The
+    driver says so in one line and cancels that job, instead of waiting; the finished runs stay."""
+    out = tmp_path / "study"
+    args = compare_args(data_dir, out, "--executor", "slurm", "--slurm.poll-s", "0.5", "--slurm.ranks-per-run", "4")
+    args[args.index("--micro-batch") + 1] = "2"  # 256 tokens a step = 4 ranks x 2 sequences x 32
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Slurm will not start run " in err[-1] and "PartitionConfig" in err[-1], err
+    named = [json.loads(p.read_text())["job_id"] for p in out.glob("runs/**/" + slurm.JOB_FILE)]
+    assert named and not slurm.alive(named)
 
 
 @needs_slurm
@@ -167,3 +183,164 @@ def test_without_slurm_the_slurm_flags_say_what_they_need(data_dir, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("not found: --executor slurm needs Slurm's commands on PATH"), err
     assert not list((tmp_path / "b").glob("runs/**/result.json"))
+
+
+def parse(*argv: str):
+    import argparse
+
+    from angpt.study.comparison.cli import add_compare_parser
+
+    parser = argparse.ArgumentParser(prog="angpt", exit_on_error=False)
+    add_compare_parser(parser.add_subparsers())
+    return parser.parse_args(["compare", "--out", "o", *argv])
+
+
+def test_the_slurm_options_come_from_a_yaml_file_with_the_flags_over_it(tmp_path):
+    """--slurm.config FILE holds the same keys as the flags (either spelling); a flag beside it wins; an unknown key,
+    a wrong type or a file that is not a mapping is one line naming the file."""
+    from angpt.errors import UserError
+    from angpt.study.flags import slurm_options
+
+    conf = tmp_path / "slurm.yaml"
+    conf.write_text("partition: gpu\ngpus-per-run: 8\nnodes: 2\ntime: '12:00:00'\nsbatch: [--qos=high]\ncancel: true\n")
+    opts = slurm_options(parse("--executor", "slurm", "--slurm.config", str(conf), "--slurm.partition", "big"))
+    assert (opts.partition, opts.gpus_per_run, opts.nodes, opts.ranks_per_run, opts.time) == (
+        "big",
+        8,
+        2,
+        8,
+        "12:00:00",
+    )
+    assert opts.cancel and opts.sbatch == ["--qos=high"] and opts.cpus_per_run == 8 and opts.threads == 1
+    for text, says in (("partitions: gpu\n", "unknown option 'partitions'"), ("nodes: two\n", "nodes: 'two' must be"),
+                       ("- gpu\n", "a mapping"), ("cancel: 3\n", "must be true or false")):  # fmt: skip
+        conf.write_text(text)
+        with pytest.raises(UserError, match=says) as e:
+            slurm_options(parse("--executor", "slurm", "--slurm.config", str(conf)))
+        assert str(conf) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UserError, match="needs --executor slurm"):
+        slurm_options(parse("--slurm.config", str(conf)))
+
+
+def test_a_run_of_several_ranks_asks_slurm_for_them_and_starts_them_with_srun():
+    """8 GPUs on 2 nodes: 4 tasks and 4 GPUs (of the type named) a node, and srun starting the ranks, which read
+    their place from Slurm's environment; one rank runs the worker itself. Shapes that cannot hold are one line."""
+    from angpt.errors import UserError
+    from angpt.study.slurm import SlurmOptions, rank_env, script
+
+    opts = SlurmOptions(gpus_per_run=8, nodes=2, gpu_type="h100", cpus_per_run=32, sbatch=["--qos=high"])
+    lines = script(["python", "-m", "angpt.study.worker", "R", "[]", "4"], "angpt 1Mi", Path("l.log"), opts)
+    lines = lines.splitlines()
+    for want in ("--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=4", "--gpus-per-node=h100:4", "--qos=high"):
+        assert f"#SBATCH {want}" in lines, want
+    (launch,) = [x for x in lines if x.startswith("srun ")]
+    assert "--ntasks=8" in launch and launch.endswith("--ranks-from-slurm &")
+    assert any(x.startswith("export MASTER_ADDR=$(scontrol show hostnames") for x in lines)
+    one = script(["python", "-m", "angpt.study.worker"], "x", Path("l.log"), SlurmOptions(cpus_per_run=2))
+    assert "srun" not in one and "#SBATCH --ntasks-per-node=1" in one and "OMP_NUM_THREADS=2 " in one
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "2"}
+    assert rank_env(env) == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    with pytest.raises(UserError, match="MASTER_ADDR not set"):
+        rank_env({k: v for k, v in env.items() if k != "MASTER_ADDR"})
+    for bad, says in ((dict(ranks_per_run=3, nodes=2), "multiple of --slurm.nodes"),
+                      (dict(gpus_per_run=4, ranks_per_run=2), "one rank per GPU"),
+                      (dict(ranks_per_run=4, cpus_per_run=6), "multiple of the run's 4 rank"),
+                      (dict(time="soon"), "--slurm.time 'soon'"), (dict(nodes=0), "--slurm.nodes 0 must be"),
+                      (dict(gpu_type="H100"), "needs --slurm.gpus-per-run")):  # fmt: skip
+        with pytest.raises(UserError, match=says):
+            SlurmOptions(**bad)
+
+
+def test_the_slurm_dry_run_prints_each_jobs_script_and_the_gpu_hours(data_dir, tmp_path, capsys, monkeypatch):
+    """--executor slurm --dry-run submits nothing and writes nothing: it prints the script of every run whose
+    settings are known (the 5-point sweep of each arm), lists the runs whose rate the sweep will choose, and the
+    GPU-hours: each run's steps x its arm's planned step x the GPUs, and the bound the time limit sets."""
+    from angpt.study import slurm_plan
+
+    monkeypatch.setattr(slurm, "submit", lambda *a: pytest.fail("a dry run submitted a job"))
+    steps = {"gpt+": 0.5, "angpt": 0.25}  # seconds a step, planned (a stand-in for angpt train --dry-run's)
+    monkeypatch.setattr(slurm_plan, "_step_seconds", lambda plan, options: steps)
+    args = compare_args(data_dir, tmp_path / "s", "--executor", "slurm", "--slurm.gpus-per-run", "2", "--slurm.time",
+                        "30", "--dry-run")  # fmt: skip
+    args[args.index("--lr-grid") + 1] = "0.5,1,2"
+    args[args.index("--batch-tokens") + 1] = "512"
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("#!/bin/bash") == 6 and out.count("#SBATCH --gpus-per-node=2") == 6
+    assert "4 run(s) submitted once their sweep has chosen" in out and not (tmp_path / "s").exists()
+    runs = {"gpt+": 3 + 2, "angpt": 3 + 2}  # a 3-point sweep on the tuning seed and 2 seeds, each 8 steps
+    hours = sum(n * 8 * steps[a] * 2 for a, n in runs.items()) / 3600
+    assert f"estimate: ~{hours:.3g} GPU-hours" in out
+    assert f"at most {10 * 0.5 * 2:.3g} GPU-hours at the --slurm.time limit 30 per job" in out
+
+
+def test_a_batch_that_several_ranks_cannot_split_is_one_line_before_anything_runs(data_dir, tmp_path, capsys,
+                                                                                   monkeypatch):  # fmt: skip
+    monkeypatch.setattr(slurm, "submit", lambda *a: pytest.fail("a job was submitted"))
+    args = compare_args(data_dir, tmp_path / "s", "--executor", "slurm", "--slurm.ranks-per-run", "4")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("angpt compare: error: --slurm.ranks-per-run 4: a step of 256 tokens does not split")
+    assert not (tmp_path / "s").exists()
+
+
+def test_ctrl_c_at_a_terminal_asks_before_cancelling_and_elsewhere_leaves_the_jobs():
+    import io
+
+    from angpt.study.execute import ask_cancel
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert ask_cancel(["1", "2"], Terminal("y\n")) is True
+    assert ask_cancel(["1"], Terminal("\n")) is False and ask_cancel(["1"], Terminal("")) is False
+    assert ask_cancel(["1"], io.StringIO("y\n")) is False  # not a terminal: never asks, leaves them
+
+
+def test_scaling_takes_the_executor_flags(data_dir, tmp_path, capsys):
+    """`angpt scaling` (a ladder, and batch) takes the executor flags compare takes: its Slurm dry run prints each
+    size's jobs, from each size's folder."""
+    ladder = ["scaling", "--data", str(data_dir), "--out", str(tmp_path / "l"), "--depths", "1,2,3", "--preset",
+              "tiny", "--budgets", "1Ki,2Ki,4Ki", "--batch-tokens", "256", "--seq-len", "32",
+              "--lr-grid", "1"]  # fmt: skip
+    assert main([*ladder, "--slurm.partition", "gpu"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--slurm.partition needs --executor slurm")
+    assert main([*ladder, "--executor", "slurm", "--slurm.partition", "gpu", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    sizes = {line.split("(")[-1].rstrip(")") for line in out.splitlines() if line.startswith("# --- run ")}
+    assert len(sizes) == 3 and all("/sizes/" in s for s in sizes) and out.count("#SBATCH --partition=gpu") == 18
+    assert not (tmp_path / "l").exists()
+    assert main(["scaling", "batch", "--data", str(data_dir), "--out", str(tmp_path / "b"), "--tokens", "4Ki",
+                 "--batch-sizes", "256,512", "--jobs", "two"]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip().endswith("--jobs 'two' must be a positive integer")
+
+
+@needs_slurm
+def test_a_two_rank_run_launched_by_slurm_matches_the_same_run_under_torchrun(data_dir, tmp_path):
+    """--slurm.ranks-per-run 2: srun starts two CPU ranks (gloo), placed by Slurm's environment; the run equals,
+    loss for loss, the same worker started by torchrun on this machine, and both trained as two ranks."""
+    out, again = tmp_path / "slurm", tmp_path / "torchrun"
+    base = compare_args(data_dir, out, "--executor", "slurm", "--slurm.poll-s", "0.5", "--slurm.ranks-per-run", "2")
+    args = [a for a in base if a not in ("gpt+,angpt", "0,1")]
+    args[args.index("--arms") + 1 : args.index("--arms") + 1] = ["angpt"]
+    args[args.index("--seeds") + 1 : args.index("--seeds") + 1] = ["0"]
+    args[args.index("--micro-batch") + 1] = "4"  # 256 tokens a step = 2 ranks x 4 sequences x 32
+    assert main([*args, "--tuning-seed", "none"]) == 0
+    (result,) = out.glob("runs/**/result.json")
+    rec = json.loads(result.read_text())
+    spec = json.dumps([rec["arm"], rec["budget"], rec["seed"], rec["lr"], []])
+    plan = out / "logs" / "slurm-plan.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "angpt.study.worker", str(again), spec, "1", "--plan", str(plan)]  # fmt: skip
+    res = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    twin = again / result.relative_to(out)
+    assert json.loads(twin.read_text())["val_loss"] == rec["val_loss"]
+    rows = [[json.loads(x) for x in (f.parent / "metrics.jsonl").read_text().splitlines()] for f in (result, twin)]
+    assert [(r["step"], r.get("loss"), r.get("val_loss")) for r in rows[0]] == [
+        (r["step"], r.get("loss"), r.get("val_loss")) for r in rows[1]
+    ]
+    for folder in (result.parent, twin.parent):
+        states = [json.loads(p.read_text()) for p in folder.glob("checkpoints/step_*/state.json")]
+        assert states and {s["world_size"] for s in states} == {2}, folder

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from angpt.errors import UserError
 from angpt.study import execute
-from angpt.study.execute import Runner, TerminateAsInterrupt
+from angpt.study.execute import RunFailed, Runner, TerminateAsInterrupt
 from angpt.study.plan import Plan
 from angpt.study.progress import Progress, token_counts
 from angpt.study.store import PLAN_FILE, RunSpec, check_store, folder_lock, write_json
@@ -147,7 +147,13 @@ class Study(Protocol):
         """A one-line UserError unless `out` and every plan's store may hold this study."""
         ...
 
-    def dry_run(self, out: Path, jobs: int, threads: int) -> Any: ...
+    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> Any:
+        """The study's plan and time estimate, written nothing, `more` at its end (a Slurm dry run's scripts)."""
+        ...
+
+    def planned(self, out: Path) -> list[tuple[Plan, Path]]:
+        """Every plan known before any run, with its folder (a later plan may fix rates an earlier one chooses)."""
+        ...
 
     def begin(self, out: Path) -> None:
         """Under the lock, before the first plan: the study's own files (scaling.json, jobs.json, ...)."""
@@ -176,8 +182,13 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
     out = Path(out)
     study.check(out)
     jobs, threads = study.jobs(jobs, threads)
+    if slurm is not None:
+        from angpt.study import slurm_plan
+
+        slurm_plan.check(study.planned(out), slurm)
     if dry_run:
-        return study.dry_run(out, jobs, threads)
+        more = slurm_plan.describe(study.planned(out), slurm) if slurm is not None else ""
+        return study.dry_run(out, jobs, threads, more)
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, study.verb):
         study.begin(out)
@@ -207,9 +218,9 @@ def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool, 
         try:
             with TerminateAsInterrupt():
                 sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RunFailed):
             bar.close()
-            unit.partial()
+            unit.partial()  # a failed run is listed there with its log's tail
             raise
         finally:
             bar.close()

@@ -18,7 +18,16 @@ from angpt.invocation import child_env
 from angpt.stats import median
 from angpt.study.plan import Plan
 from angpt.study.progress import Progress
-from angpt.study.store import RESULT_FILE, RunSpec, load_record, read_rows, run_health, write_json
+from angpt.study.store import (
+    RESULT_FILE,
+    RunSpec,
+    clear_failure,
+    load_record,
+    read_rows,
+    record_failure,
+    run_health,
+    write_json,
+)
 
 INTERRUPTED_EXIT = 130  # a worker's exit status after a signal (study/worker.py holds it before any import)
 
@@ -29,6 +38,11 @@ class StudyInterrupted(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGINT, what: str = "") -> None:
         super().__init__(what or signal.Signals(signum).name)
         self.signum = int(signum)
+
+
+class RunFailed(UserError):
+    """A run's worker process or Slurm job failed: the study stops, its report (PARTIAL) lists the run with its log's
+    tail (store.record_failure), and re-running tries the run again."""
 
 
 class TerminateAsInterrupt:
@@ -63,7 +77,8 @@ def cpu_cores() -> int:
 def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     """Train one run (or finish an interrupted one) and record its result; returns the record.
 
-    A record with status "interrupted" (a signal arrived) is returned but not written.
+    A record with status "interrupted" (a signal arrived) is returned but not written. In a run of several ranks
+    (torchrun, or srun in a Slurm job) every rank trains and rank 0 alone writes the record.
     """
     from angpt.train.config import load_run_config
     from angpt.train.loop import TrainingError, train
@@ -87,15 +102,19 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         "steps": steps,
         "tokens": spec.budget,
     }
+    main_rank = int(os.environ.get("RANK", "0")) == 0
     try:
         result = train(cfg, restart_unsaved=True)  # ours: one that stopped before its first checkpoint restarts
     except TrainingError as e:
         # A diverging LR is a legitimate sweep result (its loss counts as infinite), not a crash of the plan.
         record.update(status="diverged", val_loss=None, val_bpb=None, error=str(e), wall_s=time.time() - t0)
-        write_json(out / RESULT_FILE, record)
+        if main_rank:
+            write_json(out / RESULT_FILE, record)
         return record
     if result.status != "finished":
         return {**record, "status": "interrupted", "signal": result.signal}
+    if not main_rank:
+        return {**record, "status": "finished"}
     rows = read_rows(out)
     last = rows[-1] if rows else {}
     if last.get("step") != steps or "val_loss" not in last:
@@ -139,6 +158,38 @@ def worker_command(report_dir: Path, spec: RunSpec, threads: int, plan_file: Pat
         return command
     command[3] = str(Path(report_dir).resolve())
     return [*command, "--plan", str(Path(plan_file).resolve())]
+
+
+def run_log(plan: Plan, report_dir: Path, spec: RunSpec) -> Path:
+    """The run's log: its worker's output (a Slurm job's too)."""
+    name = "_".join(spec.run_dir(plan, report_dir).relative_to(Path(report_dir) / "runs").parts)
+    return Path(report_dir) / "logs" / f"{name}.log"
+
+
+def job_script(plan: Plan, report_dir: Path, spec: RunSpec, options: Any) -> str:
+    """The Slurm batch script of one run (study/slurm.py), as `--executor slurm` submits it and `--dry-run` shows it:
+    the worker reads the plan from the study's logs/slurm-plan.json (PLAN_FOR_JOBS)."""
+    from angpt.study import slurm
+
+    worker = worker_command(report_dir, spec, options.threads, Path(report_dir) / PLAN_FOR_JOBS)
+    return slurm.script(worker, spec.name(), run_log(plan, report_dir, spec), options)
+
+
+PLAN_FOR_JOBS = "logs/slurm-plan.json"  # in a study's folder: the plan its Slurm jobs read
+
+
+def ask_cancel(job_ids: list[str], stdin=None) -> bool:
+    """At a terminal, whether to cancel the study's Slurm jobs after Ctrl-C (default: no, leave them for a re-run to
+    attach to); never asks elsewhere (a script, a CI job: no)."""
+    stdin = stdin or sys.stdin
+    if not stdin.isatty():
+        return False
+    print(f"\n{len(job_ids)} Slurm job(s) of this study are queued or running. Cancel them? [y/N] ", end="",
+          file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        return stdin.readline().strip().lower() in ("y", "yes")
+    except (KeyboardInterrupt, EOFError, OSError):  # a second Ctrl-C: leave them
+        return False
 
 
 class Runner:
@@ -238,6 +289,7 @@ class Runner:
                 while queue and len(running) < self.jobs and not received and interrupted is None:
                     spec = queue.pop(0)
                     log = self._log(spec)
+                    clear_failure(self._dir(spec))
                     running[self._start_worker(spec, log, plan_json, env)] = (spec, log)
                     self.progress.start(self._dir(spec), spec)
                 if received:
@@ -255,8 +307,8 @@ class Runner:
                         continue
                     if proc.returncode != 0:
                         self._stop(running, told)
-                        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-                        raise UserError(f"run {spec.name()} failed (exit {proc.returncode}): {tail[0]} (log: {log})")
+                        last = record_failure(self._dir(spec), exit_status=proc.returncode, log=log)
+                        raise RunFailed(f"run {spec.name()} failed (exit {proc.returncode}): {last} (log: {log})")
                     rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
                     if rec is None:
                         raise UserError(f"run {spec.name()} exited without a result (log: {log})")
@@ -273,22 +325,19 @@ class Runner:
             raise StudyInterrupted(received[0] if received else interrupted)  # type: ignore[arg-type]
 
     def _log(self, spec: RunSpec) -> Path:
-        """The run's log: its worker's output (a Slurm job's too)."""
-        name = "_".join(self._dir(spec).relative_to(self.report_dir / "runs").parts)
-        return self.report_dir / "logs" / f"{name}.log"
+        return run_log(self.plan, self.report_dir, spec)
 
     def _run_slurm(self, todo: list[RunSpec]) -> None:
         """Each run as one Slurm job (study/slurm.py), up to `max_jobs` in Slurm at once; a run whose recorded job
         is still queued or running is attached to, not submitted again. A job that leaves the queue without the
         run's result failed (its log's last line is the error), unless its worker was interrupted (exit 130: a
         signal, its checkpoint saved), which is submitted again and resumes. Ctrl-C leaves the jobs to Slurm (a
-        re-run attaches to them) or, with cancel_on_interrupt, cancels them."""
+        re-run attaches to them) or cancels them: --slurm.cancel, or the answer asked for at a terminal."""
         from angpt.study import slurm
 
         opts = self.slurm
         (self.report_dir / "logs").mkdir(parents=True, exist_ok=True)
-        plan_file = self.report_dir / "logs" / "slurm-plan.json"
-        plan_file.write_text(json.dumps(self.plan.to_dict()))
+        (self.report_dir / PLAN_FOR_JOBS).write_text(json.dumps(self.plan.to_dict()))
         recorded = {s: slurm.recorded_job(self._dir(s)) for s in todo}
         still = slurm.alive([j for j in recorded.values() if j])
         jobs = {s: j for s, j in recorded.items() if j in still}  # attached: queued or running already
@@ -299,14 +348,22 @@ class Runner:
             while queue or jobs:
                 while queue and (opts.max_jobs is None or len(jobs) < opts.max_jobs):
                     spec = queue.pop(0)
-                    worker = worker_command(self.report_dir, spec, opts.cpus_per_run, plan_file)
-                    text = slurm.script(worker, spec.name(), self._log(spec), opts)
-                    jobs[spec] = slurm.submit(text, spec.name(), opts)
+                    clear_failure(self._dir(spec))
+                    jobs[spec] = slurm.submit(job_script(self.plan, self.report_dir, spec, opts), spec.name(), opts)
                     slurm.record_job(self._dir(spec), jobs[spec], spec.name())
                     self.progress.start(self._dir(spec), spec)
                 time.sleep(opts.poll_s)
-                states = slurm.alive(list(jobs.values()))
-                for spec in [s for s, j in jobs.items() if j not in states]:
+                reasons: dict[str, str] = {}
+                states = slurm.alive(list(jobs.values()), reasons)
+                stuck = {s: j for s, j in jobs.items() if slurm.never_starts(states.get(j), reasons.get(j))}
+                if stuck:  # waiting would be forever: cancel those, say why in one line; the others stay tracked
+                    slurm.cancel(list(stuck.values()))
+                    spec, job = next(iter(stuck.items()))
+                    more = f" and {len(stuck) - 1} more" if len(stuck) > 1 else ""
+                    why = slurm.never_starts(states[job], reasons[job])
+                    raise UserError(f"Slurm will not start run {spec.name()}{more} (job {job}, {reasons[job]}): {why}")
+                finished = {s: j for s, j in jobs.items() if j not in states}
+                for spec in finished:
                     jobs.pop(spec)
                     rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
                     if rec is not None:
@@ -316,10 +373,12 @@ class Runner:
                     if slurm.worker_exit(log) == INTERRUPTED_EXIT:  # stopped by a signal, checkpoint saved
                         queue.insert(0, spec)
                         continue
-                    raise UserError(f"run {spec.name()} failed (Slurm job): {slurm.log_tail(log)} (log: {log})")
+                    status, job = slurm.worker_exit(log), finished[spec]
+                    last = record_failure(self._dir(spec), exit_status=status, log=log, job_id=job)
+                    raise RunFailed(f"run {spec.name()} failed (Slurm job {job}, exit {status}): {last} (log: {log})")
         except KeyboardInterrupt:
             left = sorted(jobs.values())
-            if left and opts.cancel_on_interrupt:
+            if left and (opts.cancel or ask_cancel(left)):
                 slurm.cancel(left)
                 print(f"\ncancelled Slurm job(s) {', '.join(left)}; re-running resumes them", file=sys.stderr)
             elif left:

@@ -1,9 +1,12 @@
-"""The command-line flags every kind of study shares, read once: lists and numbers, per-arm rates, and the
-:class:`~angpt.study.plan.PlanOptions` that every plan of a study shares (`angpt compare`, `angpt scaling`)."""
+"""The command-line flags every kind of study shares, read once: lists and numbers, per-arm rates, the
+:class:`~angpt.study.plan.PlanOptions` that every plan of a study shares (`angpt compare`, `angpt scaling`), and
+where the runs train (`--jobs` here, or `--executor slurm` with its options from flags or a YAML file)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 from angpt.errors import UserError
 from angpt.study.arms import split_arms
@@ -59,7 +62,7 @@ def lr_values(text: str | None) -> dict[str, list[float]]:
 def plan_options(args: argparse.Namespace, **fixed) -> PlanOptions:
     """The options every plan of a study shares, from its flags, with `fixed` over them (a comparison's batch; a
     ladder and a batch-size study set theirs per plan). A device this machine lacks fails here, not in every run."""
-    if args.device != "auto":
+    if args.device != "auto" and getattr(args, "executor", "local") == "local":  # a Slurm job's node is not this one
         from angpt.train.dist import pick_device
 
         pick_device(args.device)
@@ -78,3 +81,101 @@ def plan_options(args: argparse.Namespace, **fixed) -> PlanOptions:
         device=args.device,
     )
     return PlanOptions(**{**flags, **fixed})
+
+
+def jobs_flag(text: str, *, auto: bool = True) -> int | str:
+    """`--jobs N` (or `auto`, where the kind measures it); a one-line UserError otherwise."""
+    if auto and text == "auto":
+        return "auto"
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise UserError(f"--jobs {text!r} must be a positive integer" + (" or 'auto'" if auto else ""))
+    return jobs
+
+
+def add_executor_flags(s: argparse.ArgumentParser, *, auto: bool = True) -> None:
+    """Where the runs train: --jobs and --threads here, or --executor slurm and its --slurm.* flags (one per
+    SlurmOptions field, study/slurm.py) and --slurm.config FILE."""
+    from angpt.study.slurm import option_fields
+
+    more = ", or 'auto' (measure jobs x threads)" if auto else ""
+    s.add_argument("--jobs", default="1", help=f"runs in parallel processes here (default 1){more}")
+    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
+    s.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "slurm"],
+        help="where runs train: worker processes here, or one Slurm job each (docs/compare.md#on-a-cluster)",
+    )
+    s.add_argument(
+        "--slurm.config",
+        dest="slurm_config",
+        default=None,
+        metavar="FILE",
+        help="a YAML file of --slurm.* options (keys as the flags' names: partition, gpus-per-run, ...); flags win",
+    )
+    for name, kind, text in option_fields():
+        dest, flag = f"slurm_{name}", f"--slurm.{name.replace('_', '-')}"
+        if kind is bool:
+            s.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
+        elif kind is list:
+            s.add_argument(flag, dest=dest, action="append", default=None, metavar="OPTION", help=text)
+        else:
+            s.add_argument(flag, dest=dest, type=kind, default=None, metavar=name.split("_")[0].upper(), help=text)
+
+
+def slurm_options(args: argparse.Namespace) -> Any:
+    """The SlurmOptions of `--executor slurm` (None for local): the --slurm.config file's keys, the flags over
+    them. A --slurm.* flag without --executor slurm, an unknown key or a bad value is a one-line UserError."""
+    from angpt.study.slurm import SlurmOptions
+
+    given = {k.removeprefix("slurm_"): v for k, v in vars(args).items() if k.startswith("slurm_") and v is not None}
+    if args.executor != "slurm":
+        if given:
+            raise UserError(f"--slurm.{next(iter(given)).replace('_', '-')} needs --executor slurm")
+        return None
+    values = _slurm_file(Path(given.pop("config"))) if "config" in given else {}
+    return SlurmOptions(**{**values, **given})
+
+
+def _slurm_file(path: Path) -> dict[str, Any]:
+    """The options of a --slurm.config YAML file, each checked against its flag's type."""
+    import yaml
+
+    from angpt.study.slurm import option_fields
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise UserError(f"--slurm.config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"--slurm.config {path}: not YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"--slurm.config {path}: a mapping of option: value, e.g. partition: gpu")
+    kinds = {name: kind for name, kind, _ in option_fields()}
+    out = {}
+    for key, value in data.items():
+        name = str(key).removeprefix("slurm.").replace("-", "_")
+        if name not in kinds:
+            raise UserError(f"--slurm.config {path}: unknown option {key!r} (known: "
+                            f"{', '.join(n.replace('_', '-') for n in kinds)})")  # fmt: skip
+        kind = kinds[name]
+        if kind is list:
+            value = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        elif kind is bool:
+            if not isinstance(value, bool):
+                raise UserError(f"--slurm.config {path}: {key}: {value!r} must be true or false")
+        elif kind is str:
+            value = str(value)
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or (kind is int and value != int(value)):
+            what = "an integer" if kind is int else "a number"
+            raise UserError(f"--slurm.config {path}: {key}: {value!r} must be {what}")
+        else:
+            value = kind(value)
+        out[name] = value
+    return out

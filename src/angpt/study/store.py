@@ -27,6 +27,8 @@ from angpt.study.plan import EXTENDABLE, Plan
 from angpt.units import format_lr, format_tokens
 
 RESULT_FILE = "result.json"
+FAILED_FILE = "failed.json"  # a run whose worker or Slurm job failed: its exit and log's tail, until it runs again
+TAIL_LINES = 20  # of a failed run's log, kept in failed.json and shown in the report
 PLAN_FILE = "plan.json"
 JOBS_FILE = "jobs.json"  # what --jobs auto measured, beside plan.json
 
@@ -114,6 +116,34 @@ def clean_json(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [clean_json(v) for v in x]
     return x
+
+
+def record_failure(run_dir: Path, *, exit_status: int | None, log: Path, job_id: str | None = None) -> str:
+    """Keep a failed run's exit status and its log's last lines in its folder (failed.json), for the report; returns
+    the log's last line (the error, as a traceback ends)."""
+    try:
+        lines = [x for x in Path(log).read_text(errors="replace").strip().splitlines() if x.strip()]
+    except OSError:
+        lines = []
+    lines = [x for x in lines if not x.startswith("angpt-worker-exit ")][-TAIL_LINES:] or ["(no output)"]
+    info = {"status": "failed", "exit": exit_status, "job_id": job_id, "log": str(log), "tail": lines}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)  # a worker may fail before it made the folder
+    write_json(Path(run_dir) / FAILED_FILE, info)
+    return lines[-1]
+
+
+def load_failure(run_dir: Path) -> dict[str, Any] | None:
+    """The failure a run's folder records (record_failure), or None."""
+    try:
+        data = json.loads((Path(run_dir) / FAILED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def clear_failure(run_dir: Path) -> None:
+    """A run starting again is no longer failed."""
+    (Path(run_dir) / FAILED_FILE).unlink(missing_ok=True)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.study.plan import Plan
-from angpt.study.store import PLAN_FILE, RunSpec, load_record
+from angpt.study.store import PLAN_FILE, RunSpec, load_failure, load_record
 from angpt.study.sweep import Sweeps, check_specs, main_specs, run_sweeps
 
 
@@ -93,7 +93,7 @@ class Stored:
 
     @property
     def finished(self) -> int:
-        return sum(r["status"] != "missing" for r in self.runs)
+        return sum(r["status"] not in ("missing", "failed") for r in self.runs)
 
     @property
     def complete(self) -> bool:
@@ -106,7 +106,8 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
     Sweeps are settled arm by arm (one arm's missing sweep run leaves the others' sweeps readable). `runs` lists
     every run of the plan known so far, sweeps first: each sweep's points (for a sweep still waiting, those it
     has asked for), then every arm x budget x seed main run, at its chosen (LR, setting) or, where the sweep
-    deciding it is not settled, with lr None. Status is "finished", "diverged" or "missing"; a sweep's best run
+    deciding it is not settled, with lr None. Status is "finished", "diverged", "failed" (its worker or Slurm job
+    failed: the row's "failure" holds the exit status and the log's tail) or "missing"; a sweep's best run
     doubles as the first seed's main run and is listed once (role "sweep, main"). The LR check's runs (on the
     tuning seed at the largest budget, sweep.check_specs) follow, role "lr check".
     """
@@ -132,6 +133,7 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
     for spec, role in [(s, "sweep") for s in swept] + [(s, "main") for s in main] + [(s, "lr check") for s in checks]:
         rec = stored_runs.known(spec)
         status = "missing" if rec is None else ("finished" if _finite_loss(rec) else "diverged")
+        failure = load_failure(spec.run_dir(plan, report_dir)) if rec is None else None
         role = rows[spec]["role"] + ", " + role if spec in rows else role
         rows[spec] = {
             "arm": spec.arm,
@@ -143,6 +145,8 @@ def read_store(report_dir: str | Path, plan: Plan | None = None) -> Stored:
             "status": status,
             "val_loss": float(rec["val_loss"]) if status == "finished" else None,  # type: ignore[index]
         }
+        if failure is not None:  # its worker or job failed (store.record_failure): exit status and log tail
+            rows[spec].update(status="failed", failure=failure)
     listed = list(rows.values())
     # Main runs whose (LR, setting) a sweep still waiting will choose: known to be planned, not which run.
     for label, budgets in unsettled.items():

@@ -16,6 +16,7 @@ from typing import Any
 from angpt.invocation import command_line
 from angpt.study.batch.plan import BatchStudy, batch_dir
 from angpt.study.driver import Unit, plain_jobs, plan_unit, run_study
+from angpt.study.plan import Plan
 from angpt.study.scaling.folder import BATCH_FILE, check_study_dir
 from angpt.study.store import check_store, write_json
 from angpt.units import format_tokens
@@ -39,10 +40,14 @@ class BatchSizeStudy:
         for b in self.study.batch_sizes:  # every store before the first trains (each is checked again on reaching it)
             check_store(self.study.plan_for(b), batch_dir(out, b))
 
-    def dry_run(self, out: Path, jobs: int, threads: int) -> tuple[str, dict[str, Any], dict[str, Path]]:
+    def planned(self, out: Path) -> list[tuple[Plan, Path]]:
+        return [(self.study.plan_for(b), batch_dir(out, b)) for b in self.study.batch_sizes]
+
+    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> tuple[str, dict, dict]:
         from angpt.study.batch.estimate import describe_batch
 
-        return describe_batch(self.study, out, jobs=jobs, threads=threads), {}, {}
+        text = describe_batch(self.study, out, jobs=jobs, threads=threads)
+        return text + (f"\n\n{more}" if more else ""), {}, {}
 
     def begin(self, out: Path) -> None:
         if not self.exists:
@@ -70,9 +75,11 @@ def run_batch_study(
     dry_run: bool = False,
     progress: bool = True,
     command: str | None = None,
+    slurm: Any = None,
 ) -> tuple[str, dict[str, Any], dict[str, Path]]:
     """Run (or resume) every batch size's plan, then rewrite the scaling report in `out`.
 
-    Returns (dry-run text or "", the report, its files). `dry_run` writes nothing."""
+    Returns (dry-run text or "", the report, its files). `dry_run` writes nothing. With `slurm` (study/slurm.py's
+    SlurmOptions) each run is a Slurm job."""
     kind = BatchSizeStudy(study, command=command if command is not None else command_line())
-    return run_study(kind, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
+    return run_study(kind, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
@@ -54,22 +53,11 @@ def plan_from_args(args: argparse.Namespace, data=None):
     )
 
 
-def _jobs(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        jobs = int(text)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise UserError(f"--jobs {text!r} must be a positive integer or 'auto'")
-    return jobs
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
     from angpt.study.comparison.run import run_comparison
     from angpt.study.execute import StudyInterrupted
+    from angpt.study.flags import jobs_flag, slurm_options
 
     if args.sample_tokens < 1:
         raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
@@ -83,7 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report = run_comparison(
             plan,
             args.out,
-            jobs=_jobs(args.jobs),
+            jobs=jobs_flag(args.jobs),
             threads=args.threads,
             dry_run=args.dry_run,
             progress=not args.quiet,
@@ -128,52 +116,10 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-SLURM_FLAGS = {  # --slurm.KEY: (type, help)
-    "partition": (str, "the partition each run's job goes to"),
-    "account": (str, "the account charged"),
-    "time": (str, "each job's time limit (HH:MM:SS); a job stopped by it saves and is requeued"),
-    "gpus-per-run": (int, "GPUs per run's job (default 0: a CPU job)"),
-    "cpus-per-run": (int, "CPUs per run's job, and its torch threads (default 1)"),
-    "mem": (str, "memory per job (e.g. 16G)"),
-    "max-jobs": (int, "at most this many of the study's jobs in Slurm at once (default: all at once)"),
-    "poll-s": (float, "seconds between two looks at the queue (default 5)"),
-}
-
-
-def add_executor_flags(s: argparse.ArgumentParser) -> None:
-    """Where the runs train: --jobs and --threads here, or --executor slurm and its --slurm.* flags (study/slurm.py)."""
-    s.add_argument("--jobs", default="1", help="runs in parallel processes, or 'auto' (measure jobs x threads)")
-    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
-    s.add_argument(
-        "--executor",
-        default="local",
-        choices=["local", "slurm"],
-        help="where runs train: worker processes here, or one Slurm job each (docs/compare.md#on-a-cluster)",
-    )
-    for key, (kind, text) in SLURM_FLAGS.items():
-        s.add_argument(f"--slurm.{key}", dest=f"slurm_{key.replace('-', '_')}", type=kind, default=None, help=text)
-    s.add_argument(
-        "--slurm.cancel",
-        dest="slurm_cancel_on_interrupt",
-        action="store_true",
-        help="Ctrl-C cancels the study's jobs (scancel) instead of leaving them for a re-run to attach to",
-    )
-
-
-def slurm_options(args: argparse.Namespace) -> Any:
-    """The SlurmOptions of `--executor slurm` (None for local); a --slurm.* flag without it is a one-line error."""
-    from angpt.study.slurm import SlurmOptions
-
-    given = {k.removeprefix("slurm_"): v for k, v in vars(args).items() if k.startswith("slurm_") and v}
-    if args.executor != "slurm":
-        if given:
-            raise UserError(f"--slurm.{next(iter(given)).replace('_', '-')} needs --executor slurm")
-        return None
-    return SlurmOptions(**given)
-
-
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
+    from angpt.study.flags import add_executor_flags
+
     s = subparsers.add_parser(
         "compare",
         help="fair multi-budget, multi-seed comparison of architectures (LR sweeps, speedup, report)",
@@ -232,7 +178,12 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         help="add ARM_retuned: ARM swept over LR x weight decay {0, 0.1} x warm-up {0, 1%%, 5%%} at every budget",
     )
     add_executor_flags(s)
-    s.add_argument("--dry-run", action="store_true", help="print the planned runs and a measured time estimate")
+    s.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the planned runs and a measured time estimate (with --executor slurm: each job's sbatch script "
+        "and the GPU-hours)",
+    )
     s.add_argument(
         "--report-only",
         action="store_true",

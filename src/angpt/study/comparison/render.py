@@ -485,8 +485,12 @@ def _runs_so_far(plan: Plan, partial: dict[str, Any]) -> list[str]:
         "| arm | tokens | seed | lr | setting | role | final val loss |",
         "|---|---|---|---|---|---|---|",
     ]
+    failed = []
     for r in partial["runs"]:
-        loss = {"missing": "missing", "diverged": "diverged"}.get(r["status"]) or _fmt(r["val_loss"])
+        loss = {"missing": "missing", "diverged": "diverged", "failed": "FAILED (below)"}.get(r["status"])
+        loss = loss or _fmt(r["val_loss"])
+        if r["status"] == "failed":
+            failed.append(r)
         lr = format_lr(r["lr"]) if r["lr"] is not None else "–"
         setting = format_setting(tuple(r["setting"].items())) or "–"
         cells = [r["arm"], format_tokens(r["budget"]), str(r["seed"]), lr, setting, r["role"], loss]
@@ -495,7 +499,21 @@ def _runs_so_far(plan: Plan, partial: dict[str, Any]) -> list[str]:
         f"- {label}: its sweep at {', '.join(format_tokens(b) for b in budgets)} tokens is waiting for runs"
         for label, budgets in partial.get("unsettled", {}).items()
     ]
-    return lines + ([""] + waiting if waiting else [])
+    return lines + ([""] + waiting if waiting else []) + _failures(failed)
+
+
+def _failures(rows: list[dict[str, Any]]) -> list[str]:
+    """Each failed run's exit status, job and the last lines of its log (study/store.py's failed.json)."""
+    lines = []
+    for r in rows:
+        f = r["failure"]
+        job = f" (Slurm job {f['job_id']})" if f.get("job_id") else ""
+        name = f"{r['arm']} {format_tokens(r['budget'])} tokens seed {r['seed']} lr {format_lr(r['lr'])}"
+        lines += ["", f"### Failed: {name}", "", f"Exit status {f.get('exit')}{job}; the end of its log, {f['log']}:"]
+        lines += ["", "```", *f["tail"], "```"]
+    if rows:
+        lines = ["", "## Failed runs", "", "Re-running the same command tries each again."] + lines
+    return lines
 
 
 def _bf16(mach: dict[str, Any]) -> str:

@@ -66,7 +66,10 @@ class Comparison:
         self.changes = check_store(self.plan, out)
         self.check_horizon()
 
-    def dry_run(self, out: Path, jobs: int, threads: int) -> Report:
+    def planned(self, out: Path) -> list[tuple[Plan, Path]]:
+        return [(self.plan, out)]
+
+    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> Report:
         from angpt.study.comparison.estimate import describe_dry_run
 
         est = describe_dry_run(self.plan, out, jobs=jobs, threads=threads, horizon_line=self.horizon.message)
@@ -77,6 +80,7 @@ class Comparison:
             est.text = note + "\n" + est.text
         elif self.changes is not None:
             est.text = f"{out} holds this plan already: finished runs will be skipped\n" + est.text
+        est.text += f"\n\n{more}" if more else ""
         hz, measured = self.horizon.to_dict(), self.measured
         return Report(out, self.plan, True, estimate=est, horizon=hz, jobs_measurement=measured)
 

@@ -103,7 +103,10 @@ class LadderStudy:
             old = [x for x, size in zip(ladder.dial[dial], ladder.sizes) if size.name not in self.added]
             self.change = f"{dial} {old} -> {ladder.dial[dial]}"
 
-    def dry_run(self, out: Path, jobs: int, threads: int) -> LadderRun:
+    def planned(self, out: Path) -> list[tuple[Plan, Path]]:
+        return [(plan, size_dir(out, size.name)) for plan, size in zip(self.plans, self.ladder.sizes)]
+
+    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> LadderRun:
         from angpt.study.ladder.estimate import describe_ladder
 
         text = describe_ladder(self.ladder, out, jobs=jobs, threads=threads, plans=(self.plans, self.known))
@@ -111,6 +114,7 @@ class LadderStudy:
             text = f"{out} holds this ladder with other {self.change}: finished runs will be reused\n" + text
         elif self.added is not None:
             text = f"{out} holds this ladder already: finished runs will be skipped\n" + text
+        text += f"\n\n{more}" if more else ""
         return LadderRun(out=out, ladder=self.ladder, dry_run=True, text=text)
 
     def begin(self, out: Path) -> None:
@@ -160,6 +164,7 @@ def run_ladder(
     command: str | None = None,
     bootstrap: int = 200,
     fit_seed: int = 0,
+    slurm: Any = None,
 ) -> LadderRun:
     """Run (or resume, or extend) every size's plan, then write the scaling report into `out`.
 
@@ -168,8 +173,9 @@ def run_ladder(
     (OUT/lr_check) to test the transfer. With the WSD schedule the shorter budgets branch off the longest run
     (angpt.study.ladder.wsd). An `out` holding this ladder with fewer sizes is extended: the new sizes run, the
     stored ones reuse their finished runs (check_ladder_dir says what may differ). `dry_run` prints the plan and a
-    measured time estimate of the work left, writing nothing.
+    measured time estimate of the work left, writing nothing. With `slurm` (study/slurm.py's SlurmOptions) each run
+    is a Slurm job.
     """
     command = command if command is not None else command_line()
     study = LadderStudy(ladder, command=command, bootstrap=bootstrap, fit_seed=fit_seed)
-    return run_study(study, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress)
+    return run_study(study, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)

@@ -8,7 +8,7 @@ import sys
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
-from angpt.study.flags import csv, numbers, plan_options
+from angpt.study.flags import add_executor_flags, csv, jobs_flag, numbers, plan_options, slurm_options
 
 DESCRIPTION = """\
 Scaling laws per architecture: train every arm at several model sizes (one --depths dial: width = depth x
@@ -93,7 +93,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     result = run_ladder(
         ladder,
         args.out,
-        jobs=args.jobs,
+        jobs=jobs_flag(args.jobs, auto=False),
+        slurm=slurm_options(args),
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
@@ -165,7 +166,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     text, report, files = run_batch_study(
         study,
         args.out,
-        jobs=args.jobs,
+        jobs=jobs_flag(args.jobs, auto=False),
+        slurm=slurm_options(args),
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
@@ -210,8 +212,7 @@ def _add_study_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
     s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
     s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    s.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
-    s.add_argument("--threads", type=int, default=None, help="torch threads per job (default: cores // jobs)")
+    add_executor_flags(s, auto=False)
     s.add_argument("--dry-run", action="store_true", help="print the plan and a measured time estimate, write nothing")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
