@@ -55,7 +55,8 @@ test-slow: $(STAMP)
 	$(BIN)/pytest -q -m "slow and not slurm"
 
 # Studies on Slurm (issue 47), against a real one-node Slurm on this machine (scripts/slurm.sh: Debian's slurm-wlm and
-# munge, no cgroups; needs root or sudo). `make test-slurm` starts it and runs the tests marked slurm (~5 min).
+# munge, no cgroups; needs root or sudo). `make test-slurm` starts it and runs the tests marked slurm (~3 min; CI
+# runs them: .ci/run); `make slurm-down` stops it.
 slurm-up:
 	bash scripts/slurm.sh up
 

@@ -54,14 +54,15 @@ CONF
 }
 
 munge_up() {
-  pgrep -x munged > /dev/null && return
+  # a munged that answers (a dead one's zombie or stale socket does not: start another over it)
+  munge -n 2> /dev/null | unmunge > /dev/null 2>&1 && return
   if [ ! -s /etc/munge/munge.key ]; then
     $ROOT mkdir -p /etc/munge && $ROOT dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
   fi
   $ROOT mkdir -p /run/munge /var/lib/munge /var/log/munge
   $ROOT chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
   $ROOT chmod 0400 /etc/munge/munge.key && $ROOT chmod 0755 /run/munge
-  $ROOT runuser -u munge -- /usr/sbin/munged
+  $ROOT runuser -u munge -- /usr/sbin/munged --force
 }
 
 up() {

@@ -261,7 +261,7 @@ def test_the_slurm_dry_run_prints_each_jobs_script_and_the_gpu_hours(data_dir, t
     steps = {"gpt+": 0.5, "angpt": 0.25}  # seconds a step, planned (a stand-in for angpt train --dry-run's)
     monkeypatch.setattr(slurm_plan, "_step_seconds", lambda plan, options: steps)
     args = compare_args(data_dir, tmp_path / "s", "--executor", "slurm", "--slurm.gpus-per-run", "2", "--slurm.time",
-                        "30", "--dry-run")  # fmt: skip
+                        "30", "--slurm.cpus-per-run", "8", "--dry-run")  # fmt: skip
     args[args.index("--lr-grid") + 1] = "0.5,1,2"
     args[args.index("--batch-tokens") + 1] = "512"
     assert main(args) == 0
@@ -344,3 +344,30 @@ def test_a_two_rank_run_launched_by_slurm_matches_the_same_run_under_torchrun(da
     for folder in (result.parent, twin.parent):
         states = [json.loads(p.read_text()) for p in folder.glob("checkpoints/step_*/state.json")]
         assert states and {s["world_size"] for s in states} == {2}, folder
+
+
+def test_the_cluster_example_in_the_docs_plans_what_the_docs_say(data_dir, tmp_path, capsys, monkeypatch):
+    """docs/compare.md's YAML file and command, run as written (on the test corpus): the options it names, its
+    run count, its time-limit bound, and the script it shows, line for line but the paths."""
+    import re as _re
+    import shlex as _shlex
+
+    text = (Path(__file__).parents[1] / "docs" / "compare.md").read_text()
+    section = text[text.index("## On a cluster") : text.index("## What it writes")]
+    yaml_text, command, shown = _re.findall(r"```(?:yaml|bash)\n(.*?)```", section, _re.S)[:3]
+    (tmp_path / "cluster.yaml").write_text(yaml_text)
+    monkeypatch.chdir(tmp_path)
+    argv = _shlex.split(command.replace("\\\n", " "))[1:]
+    argv[argv.index("--data") + 1], argv[argv.index("--out") + 1] = str(data_dir), str(tmp_path / "gpt2")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    said = " ".join(section.split())
+    runs, bound = _re.search(r"For the plan above: (\d+) runs, .*?at most ([\d,]+) at", said).groups()
+    assert f"Slurm: {runs} run(s) left" in out and f"at most {bound} GPU-hours" in out
+    shown = shown.replace("\\\n    ", "").strip().splitlines()
+    name = shown[1].split("=", 1)[1]  # the job the docs show: angpt-ARM-BUDGET-seedS-lrL
+    block = out[out.index(f"#SBATCH --job-name={name}\n") :].split("\n# --- run")[0]
+    first = ["#!/bin/bash", *block.strip().splitlines()]
+    assert len(first) == len(shown)
+    for mine, theirs in zip(first, shown):
+        assert _re.sub(r"/[^\s'\"]*", "/P", mine) == _re.sub(r"/[^\s'\"]*", "/P", theirs), (mine, theirs)

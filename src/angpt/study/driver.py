@@ -147,8 +147,9 @@ class Study(Protocol):
         """A one-line UserError unless `out` and every plan's store may hold this study."""
         ...
 
-    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> Any:
-        """The study's plan and time estimate, written nothing, `more` at its end (a Slurm dry run's scripts)."""
+    def dry_run(self, out: Path, jobs: int, threads: int, slurm_text: str | None = None) -> Any:
+        """The study's plan and time estimate, writing nothing; with `slurm_text` (a Slurm dry run's scripts and
+        GPU-hours) at its end, and no step measured here, where no run will train."""
         ...
 
     def planned(self, out: Path) -> list[tuple[Plan, Path]]:
@@ -187,8 +188,8 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
 
         slurm_plan.check(study.planned(out), slurm)
     if dry_run:
-        more = slurm_plan.describe(study.planned(out), slurm) if slurm is not None else ""
-        return study.dry_run(out, jobs, threads, more)
+        text = slurm_plan.describe(study.planned(out), slurm) if slurm is not None else None
+        return study.dry_run(out, jobs, threads, text)
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, study.verb):
         study.begin(out)

@@ -28,19 +28,22 @@ def describe(planned: list[tuple[Plan, Path]], options: Any) -> str:
     count = 0
     for plan, folder in planned:
         step_s = _step_seconds(plan, options)
-        for spec, known in _runs_left(plan, folder):
+        for spec, known, role in _runs_left(plan, folder):
             count += 1
-            hours += plan.steps(spec.budget) * step_s[spec.arm] * max(options.gpus_per_run, options.cpus_per_run) / 3600
+            hours += plan.steps(spec.budget) * step_s[spec.arm] * (options.gpus_per_run or options.cpus_per_run) / 3600
             if known:
                 where = f" ({folder})" if len(planned) > 1 else ""
                 scripts.append(f"# --- run {spec.name()}{where}\n" + job_script(plan, folder, spec, options))
             else:
-                later.append(f"  {spec.arm} {format_tokens(spec.budget)} tokens seed {spec.seed}: its rate is chosen "
-                             "by the sweep")  # fmt: skip
+                later.append(f"  {spec.arm} {format_tokens(spec.budget)} tokens seed {spec.seed}: {role}")
+
+    def hours_text(x: float) -> str:
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
     lines = [f"Slurm: {count} run(s) left, one job each; the script of each whose settings are known now:", ""]
     lines += scripts or ["(none: every run left waits for a sweep)"]
     if later:
-        lines += [f"{len(later)} run(s) submitted once their sweep has chosen (the script above, with that rate):"]
+        lines += [f"{len(later)} run(s) submitted once their sweep has chosen (a script as above, with that rate):"]
         lines += later
     unit = "GPU-hours" if options.gpus_per_run else "core-hours"
     if options.gpus_per_run:
@@ -49,10 +52,10 @@ def describe(planned: list[tuple[Plan, Path]], options: Any) -> str:
     else:
         what = (f"each arm's step as angpt train --dry-run plans it on this machine's CPU, x {options.cpus_per_run} "
                 "CPU(s) per run")  # fmt: skip
-    lines += ["", f"estimate: ~{hours:.3g} {unit} ({what}; training steps only, no start-up or evaluation)"]
+    lines += ["", f"estimate: ~{hours_text(hours)} {unit} ({what}; training steps only, no start-up or evaluation)"]
     if options.time:
-        bound = count * time_limit_seconds(options.time) * max(options.gpus_per_run, options.cpus_per_run) / 3600
-        lines.append(f"at most {bound:.3g} {unit} at the --slurm.time limit {options.time} per job")
+        bound = count * time_limit_seconds(options.time) * (options.gpus_per_run or options.cpus_per_run) / 3600
+        lines.append(f"at most {hours_text(bound)} {unit} at the --slurm.time limit {options.time} per job")
     return "\n".join(lines)
 
 
@@ -72,19 +75,23 @@ def check(planned: list[tuple[Plan, Path]], options: Any) -> None:
             )
 
 
-def _runs_left(plan: Plan, folder: Path) -> list[tuple[RunSpec, bool]]:
-    """(run, whether its script is known now) of every run the plan has left, in the order they are submitted."""
+def _runs_left(plan: Plan, folder: Path) -> list[tuple[RunSpec, bool, str]]:
+    """(run, whether its script is known now, what waits) of every run the plan has left, in submission order."""
     from angpt.study.comparison.estimate import describe_dry_run
 
     dr = describe_dry_run(plan, folder, jobs=1, threads=1, measure=False)
-    out = [(spec, True) for spec, done in dr.sweep if not done]
+    out = [(spec, True, "") for spec, done in dr.sweep if not done]
     for label, budget, seed in dr.main:
         grid = plan.initial_grid(plan.arm(label))
         fixed = len(grid) == 1 and not plan.arm(label).tune
-        out.append((RunSpec(label, budget, seed, grid[0] if fixed else float("nan")), fixed))
+        out.append(
+            (RunSpec(label, budget, seed, grid[0] if fixed else float("nan")), fixed, "at the rate its sweep chooses")
+        )
     for arm in plan.arms:
         if plan.checks_lr(arm):
-            out += [(RunSpec(arm.label, plan.budgets[-1], plan.sweep_seed, float("nan")), False)] * 3
+            check = RunSpec(arm.label, plan.budgets[-1], plan.sweep_seed, float("nan"))
+            for at in ("at the chosen rate", "one grid step below it", "one grid step above it"):
+                out.append((check, False, f"the LR check {at}"))
     return out
 
 

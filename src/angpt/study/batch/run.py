@@ -43,11 +43,11 @@ class BatchSizeStudy:
     def planned(self, out: Path) -> list[tuple[Plan, Path]]:
         return [(self.study.plan_for(b), batch_dir(out, b)) for b in self.study.batch_sizes]
 
-    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> tuple[str, dict, dict]:
+    def dry_run(self, out: Path, jobs: int, threads: int, slurm_text: str | None = None) -> tuple[str, dict, dict]:
         from angpt.study.batch.estimate import describe_batch
 
-        text = describe_batch(self.study, out, jobs=jobs, threads=threads)
-        return text + (f"\n\n{more}" if more else ""), {}, {}
+        text = describe_batch(self.study, out, jobs=jobs, threads=threads, measure=slurm_text is None)
+        return text + (f"\n\n{slurm_text}" if slurm_text else ""), {}, {}
 
     def begin(self, out: Path) -> None:
         if not self.exists:

@@ -69,10 +69,11 @@ class Comparison:
     def planned(self, out: Path) -> list[tuple[Plan, Path]]:
         return [(self.plan, out)]
 
-    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> Report:
+    def dry_run(self, out: Path, jobs: int, threads: int, slurm_text: str | None = None) -> Report:
         from angpt.study.comparison.estimate import describe_dry_run
 
-        est = describe_dry_run(self.plan, out, jobs=jobs, threads=threads, horizon_line=self.horizon.message)
+        est = describe_dry_run(self.plan, out, jobs=jobs, threads=threads, horizon_line=self.horizon.message,
+                               measure=slurm_text is None)  # fmt: skip
         if self.measured is not None:
             est.text = self.auto_note + "\n" + est.text
         if self.changes:
@@ -80,7 +81,7 @@ class Comparison:
             est.text = note + "\n" + est.text
         elif self.changes is not None:
             est.text = f"{out} holds this plan already: finished runs will be skipped\n" + est.text
-        est.text += f"\n\n{more}" if more else ""
+        est.text += f"\n\n{slurm_text}" if slurm_text else ""
         hz, measured = self.horizon.to_dict(), self.measured
         return Report(out, self.plan, True, estimate=est, horizon=hz, jobs_measurement=measured)
 

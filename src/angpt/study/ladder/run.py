@@ -106,15 +106,16 @@ class LadderStudy:
     def planned(self, out: Path) -> list[tuple[Plan, Path]]:
         return [(plan, size_dir(out, size.name)) for plan, size in zip(self.plans, self.ladder.sizes)]
 
-    def dry_run(self, out: Path, jobs: int, threads: int, more: str = "") -> LadderRun:
+    def dry_run(self, out: Path, jobs: int, threads: int, slurm_text: str | None = None) -> LadderRun:
         from angpt.study.ladder.estimate import describe_ladder
 
-        text = describe_ladder(self.ladder, out, jobs=jobs, threads=threads, plans=(self.plans, self.known))
+        text = describe_ladder(self.ladder, out, jobs=jobs, threads=threads, plans=(self.plans, self.known),
+                               measure=slurm_text is None)  # fmt: skip
         if self.added:
             text = f"{out} holds this ladder with other {self.change}: finished runs will be reused\n" + text
         elif self.added is not None:
             text = f"{out} holds this ladder already: finished runs will be skipped\n" + text
-        text += f"\n\n{more}" if more else ""
+        text += f"\n\n{slurm_text}" if slurm_text else ""
         return LadderRun(out=out, ladder=self.ladder, dry_run=True, text=text)
 
     def begin(self, out: Path) -> None:
