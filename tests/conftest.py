@@ -18,6 +18,20 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Where the Slurm tests are left out (`make test`: -m "not slurm"), the summary says so and why."""
+    expr = config.getoption("markexpr") or ""
+    if "not slurm" not in expr:
+        return
+    from angpt.study.slurm import available
+
+    why = available()
+    here = f"no Slurm here: {why}" if why else "a Slurm is up here"
+    terminalreporter.write_line(
+        f"Slurm tests left out by -m {expr!r}; `make test-slurm` starts a one-node Slurm and runs them ({here})"
+    )
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
