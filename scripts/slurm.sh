@@ -81,7 +81,10 @@ up() {
 down() {
   $ROOT pkill -x slurmd || true
   $ROOT pkill -x slurmctld || true
-  for _ in $(seq 1 30); do pgrep -x "slurmd|slurmctld" > /dev/null || return 0; sleep 1; done
+  for _ in $(seq 1 30); do
+    pgrep -x slurmd > /dev/null || pgrep -x slurmctld > /dev/null || return 0
+    sleep 1
+  done
 }
 
 case "${1:-}" in

@@ -311,7 +311,8 @@ class Runner:
                         raise RunFailed(f"run {spec.name()} failed (exit {proc.returncode}): {last} (log: {log})")
                     rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
                     if rec is None:
-                        raise UserError(f"run {spec.name()} exited without a result (log: {log})")
+                        record_failure(self._dir(spec), exit_status=0, log=log)
+                        raise RunFailed(f"run {spec.name()} exited without a result (log: {log})")
                     self._record(spec, rec)
                 if (received or interrupted is not None) and not running:
                     break

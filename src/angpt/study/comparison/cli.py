@@ -21,6 +21,16 @@ token counts: 4096, 512K, 1M, 2G (powers of 1000) or 64Ki, 1Mi (powers of 1024).
 """
 
 
+SEEDS_HELP = (
+    "comma-separated seeds (init and data order); default 5 seeds, what evidence needs (docs/protocol.md); --seeds 0 "
+    "for a quick look"
+)
+DRY_RUN_HELP = (
+    "print the planned runs and a measured time estimate (with --executor slurm: each job's sbatch script and the "
+    "GPU-hours)"
+)
+
+
 def _int(text: str | None, what: str) -> int | None:
     if text is None:
         return None
@@ -132,12 +142,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--arms", default="gpt,gpt+,ngpt,angpt", help="comma-separated arms (default: %(default)s)")
     s.add_argument("--baseline", default=None, help="the arm the others are measured against (default: gpt+)")
     s.add_argument("--budgets", default=None, help="comma-separated token budgets, e.g. 1Mi,2Mi,4Mi (required)")
-    s.add_argument(
-        "--seeds",
-        default="0,1,2,3,4",
-        help="comma-separated seeds (init and data order); default 5 seeds, what evidence needs (docs/protocol.md); "
-        "--seeds 0 for a quick look",
-    )
+    s.add_argument("--seeds", default="0,1,2,3,4", help=SEEDS_HELP)
     s.add_argument(
         "--tuning-seed",
         type=_tuning_seed,
@@ -178,12 +183,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         help="add ARM_retuned: ARM swept over LR x weight decay {0, 0.1} x warm-up {0, 1%%, 5%%} at every budget",
     )
     add_executor_flags(s)
-    s.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the planned runs and a measured time estimate (with --executor slurm: each job's sbatch script "
-        "and the GPU-hours)",
-    )
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
     s.add_argument(
         "--report-only",
         action="store_true",
