@@ -178,6 +178,17 @@ def job_script(plan: Plan, report_dir: Path, spec: RunSpec, options: Any) -> str
 PLAN_FOR_JOBS = "logs/slurm-plan.json"  # in a study's folder: the plan its Slurm jobs read
 
 
+@contextlib.contextmanager
+def held_signals():
+    """SIGINT and SIGTERM wait (blocked, not lost) until the block ends: what it does is done whole or not at all."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def ask_cancel(job_ids: list[str], stdin=None) -> bool:
     """At a terminal, whether to cancel the study's Slurm jobs after Ctrl-C (default: no, leave them for a re-run to
     attach to); never asks elsewhere (a script, a CI job: no)."""
@@ -345,13 +356,17 @@ class Runner:
         for spec in jobs:
             self.progress.start(self._dir(spec), spec)
         queue = [s for s in todo if s not in jobs]
+        old = None  # SIGINT stops this loop even where the driver started with it ignored (`cmd &` in a script)
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             while queue or jobs:
                 while queue and (opts.max_jobs is None or len(jobs) < opts.max_jobs):
                     spec = queue.pop(0)
                     clear_failure(self._dir(spec))
-                    jobs[spec] = slurm.submit(job_script(self.plan, self.report_dir, spec, opts), spec.name(), opts)
-                    slurm.record_job(self._dir(spec), jobs[spec], spec.name())
+                    with held_signals():  # a job Slurm has is named by its run folder before Ctrl-C may stop us
+                        jobs[spec] = slurm.submit(job_script(self.plan, self.report_dir, spec, opts), spec.name(), opts)
+                        slurm.record_job(self._dir(spec), jobs[spec], spec.name())
                     self.progress.start(self._dir(spec), spec)
                 time.sleep(opts.poll_s)
                 reasons: dict[str, str] = {}
@@ -386,6 +401,9 @@ class Runner:
                 print(f"\nSlurm job(s) {', '.join(left)} stay queued or running; re-run the same command to attach "
                       f"to them, or scancel {' '.join(left)}", file=sys.stderr)  # fmt: skip
             raise
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
 
     @staticmethod
     def _stop(running: dict, told: set, timeout: float = 120.0) -> None:
