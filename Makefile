@@ -13,13 +13,12 @@ export TOKENIZERS_PARALLELISM ?= false
 
 install: $(STAMP)
 
-# torch goes in first and alone: pip resolving torch itself would pull a CUDA build of several GB. --no-compile: Python
-# byte-compiles a module when it is first imported, not every file of every package at install (torch: 37 s -> 13 s).
+# torch goes in first and alone: pip resolving torch itself would pull a CUDA build of several GB.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-compile torch==2.13.0
-	$(BIN)/pip install -q --no-compile -c constraints.txt -e ".[hf,eval,plot,log,dev,scaling]"
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e ".[hf,eval,plot,log,dev,scaling]"
 	touch $(STAMP)
 	@echo "installed into $(VENV): the command line is $(BIN)/angpt (or: source $(BIN)/activate; angpt --help)"
 
