@@ -376,7 +376,7 @@ class Runner:
                     slurm.cancel(list(stuck.values()))
                     spec, job = next(iter(stuck.items()))
                     more = f" and {len(stuck) - 1} more" if len(stuck) > 1 else ""
-                    why = slurm.never_starts(states[job], reasons[job])
+                    why = slurm.NEVER_STARTS[reasons[job]]
                     raise UserError(f"Slurm will not start run {spec.name()}{more} (job {job}, {reasons[job]}): {why}")
                 finished = {s: j for s, j in jobs.items() if j not in states}
                 for spec in finished:
@@ -385,11 +385,11 @@ class Runner:
                     if rec is not None:
                         self._record(spec, rec)
                         continue
-                    log = self._log(spec)
-                    if slurm.worker_exit(log) == INTERRUPTED_EXIT:  # stopped by a signal, checkpoint saved
+                    log, job = self._log(spec), finished[spec]
+                    status = slurm.worker_exit(log)
+                    if status == INTERRUPTED_EXIT:  # stopped by a signal, checkpoint saved
                         queue.insert(0, spec)
                         continue
-                    status, job = slurm.worker_exit(log), finished[spec]
                     last = record_failure(self._dir(spec), exit_status=status, log=log, job_id=job)
                     raise RunFailed(f"run {spec.name()} failed (Slurm job {job}, exit {status}): {last} (log: {log})")
         except KeyboardInterrupt:

@@ -97,16 +97,8 @@ def _runs_left(plan: Plan, folder: Path) -> list[tuple[RunSpec, bool, str]]:
 
 def _step_seconds(plan: Plan, options: Any) -> dict[str, float]:
     """Each arm's planned seconds per optimizer step in one of the study's jobs."""
-    from angpt.train.config import load_run_config
-    from angpt.train.dryrun import plan_run
+    from angpt.study.comparison.estimate import planned_steps
 
-    out = {}
-    for arm in plan.arms:
-        cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[-1], plan.seeds[0], 1e-3, "unused"))
-        cfg.out = None  # planned as a fresh run
-        if options.gpus_per_run:
-            report = plan_run(cfg, gpus=options.gpus_per_run, gpu=(options.gpu_type or ASSUMED_GPU).upper())
-        else:
-            report = plan_run(cfg, gpus=1, gpu="cpu")
-        out[arm.label] = report.step_time
-    return out
+    gpu = (options.gpu_type or ASSUMED_GPU).upper() if options.gpus_per_run else "cpu"
+    reports = planned_steps(plan, gpus=options.gpus_per_run or 1, gpu=gpu)
+    return {label: r.step_time for label, r in reports.items()}

@@ -120,20 +120,28 @@ def plan_cost(plan: Plan, report_dir: Path, *, mfu: float | None = None) -> tupl
     `angpt train --dry-run` estimates it on this machine (its FLOPs at the measured peak over the MFU measured on one
     block; `mfu` given: that one, measuring nothing), times the steps of its runs, sweeps, main runs and LR checks.
     Jobs share the machine's cores, so their count does not shorten it."""
-    from angpt.train.config import load_run_config
-    from angpt.train.dryrun import plan_run
-
     dr = describe_dry_run(plan, report_dir, jobs=1, threads=1, measure=False)
-    step_s, params = {}, {}
-    for arm in plan.arms:
-        cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[-1], plan.seeds[0], 1e-3, "unused"))
-        cfg.out = None  # planned as a fresh run: nothing to read
-        report = plan_run(cfg, gpus=1, gpu="cpu" if plan_device(plan).type == "cpu" else None, mfu=mfu)
-        step_s[arm.label], params[arm.label] = report.step_time, report.params
+    reports = planned_steps(plan, gpus=1, gpu="cpu" if plan_device(plan).type == "cpu" else None, mfu=mfu)
+    step_s = {label: r.step_time for label, r in reports.items()}
+    params = {label: r.params for label, r in reports.items()}
     runs = [(spec.arm, spec.budget) for spec, done in dr.sweep if not done] + [(a, b) for a, b, _ in dr.main]
     runs += [(a.label, plan.budgets[-1]) for a in plan.arms if plan.checks_lr(a) for _ in range(3)]
     seconds = sum(plan.steps(b) * step_s[a] for a, b in runs)
     return seconds, sum(CHECKPOINT_BYTES_PER_PARAM * params[a] for a, _ in runs), len(runs)
+
+
+def planned_steps(plan: Plan, *, gpus: int, gpu: str | None, mfu: float | None = None) -> dict:
+    """Each arm's step as `angpt train --dry-run` plans it (train/dryrun.py's plan_run: on `gpus` x `gpu`, None for
+    this machine's, at `mfu`), as a fresh run at the largest budget: {arm label: DryRunReport}."""
+    from angpt.train.config import load_run_config
+    from angpt.train.dryrun import plan_run
+
+    out = {}
+    for arm in plan.arms:
+        cfg = load_run_config(None, plan.run_overrides(arm, plan.budgets[-1], plan.seeds[0], 1e-3, "unused"))
+        cfg.out = None  # planned as a fresh run: nothing to read
+        out[arm.label] = plan_run(cfg, gpus=gpus, gpu=gpu, mfu=mfu)
+    return out
 
 
 def long_plan_warning(plan: Plan, report_dir: Path) -> str | None:
