@@ -284,6 +284,34 @@ def test_a_batch_that_several_ranks_cannot_split_is_one_line_before_anything_run
     assert not (tmp_path / "s").exists()
 
 
+def test_a_signal_held_around_sbatch_waits_whichever_thread_the_kernel_gives_it():
+    """The driver has other threads (torch's, the progress bar's), and a process-directed SIGINT goes to any thread
+    that does not block it; Python then raises KeyboardInterrupt in the main thread at once. Held around sbatch, it
+    must still wait for the block's end, so that the job is named by its run folder first (CI's flaky Ctrl-C leg:
+    a queued job that no folder named)."""
+    import os
+    import threading
+
+    from angpt.study.execute import held_signals
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    finished = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with held_signals():
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(200):  # many chances for the interpreter to run a pending handler
+                    time.sleep(0.001)
+                finished.append(True)
+    finally:
+        stop.set()
+        signal.signal(signal.SIGINT, old)
+    assert finished, "SIGINT stopped the held block"
+
+
 def test_ctrl_c_at_a_terminal_asks_before_cancelling_and_elsewhere_leaves_the_jobs():
     import io
 

@@ -178,15 +178,25 @@ def job_script(plan: Plan, report_dir: Path, spec: RunSpec, options: Any) -> str
 PLAN_FOR_JOBS = "logs/slurm-plan.json"  # in a study's folder: the plan its Slurm jobs read
 
 
+HELD = (signal.SIGINT, signal.SIGTERM)  # what held_signals holds
+
+
 @contextlib.contextmanager
 def held_signals():
-    """SIGINT and SIGTERM wait (blocked, not lost) until the block ends: what it does is done whole or not at all."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """SIGINT and SIGTERM wait (noted, not lost) until the block ends: what it does is done whole or not at all.
+
+    Their handlers are swapped for a note, not the signals blocked: a mask holds only the thread that sets it, and a
+    process-directed signal goes to any thread that does not block it (the driver has torch's and the progress
+    bar's), after which Python runs the handler in the main thread at once. In the main thread only."""
+    received: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in HELD}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in received:  # now to the handler they were meant for
+            signal.raise_signal(sig)
 
 
 def ask_cancel(job_ids: list[str], stdin=None) -> bool:
