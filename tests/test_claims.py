@@ -165,11 +165,16 @@ WORDS = {
 }
 
 
-def horizon_of(report) -> tuple[int, float | None]:
+def horizon_of(report, arm: str | None = None) -> tuple[int, float | None]:
     """The optimizer steps and tokens per parameter of a report's longest run, read from what it ran, not from its
-    own "short" flag: a comparison's recorded horizon, else its largest budget's steps (a report written before
-    horizons were recorded: tokens per parameter unknown); a growth study's rows, each arm and seed summed over its
-    stages (its tokens over its final non-embedding parameters)."""
+    own "short" flag: a comparison's recorded horizon (since 2026-11-28 each arm's own, over its non-embedding
+    parameters: `arm`'s and its baseline's, the fewer tokens per parameter), else its largest budget's steps (a report
+    written before horizons were recorded: tokens per parameter unknown); a growth study's rows, each arm and seed
+    summed over its stages (its tokens over its final non-embedding parameters)."""
+    if isinstance(report, dict) and report.get("horizon", {}).get("arms"):
+        hz = report["horizon"]
+        pair = [hz["arms"][a] for a in dict.fromkeys([arm or hz["baseline"], hz["baseline"]])]
+        return int(hz["steps"]), min(h["tokens"] / h["params_non_embedding"] for h in pair)
     if isinstance(report, dict) and report.get("horizon"):
         return int(report["horizon"]["steps"]), float(report["horizon"]["tokens_per_param"])
     if isinstance(report, dict) and "arms" in report:
@@ -185,9 +190,9 @@ def horizon_of(report) -> tuple[int, float | None]:
     raise AssertionError("a claim's verdict reads a report whose horizon this test cannot tell")
 
 
-def below_horizon(report) -> bool:
+def below_horizon(report, arm: str | None = None) -> bool:
     """Shorter than 1,000 optimizer steps or ~10 tokens per parameter: a smoke test (docs/protocol.md#horizon)."""
-    steps, per_param = horizon_of(report)
+    steps, per_param = horizon_of(report, arm)
     return steps < HORIZON_STEPS or (per_param is not None and per_param < HORIZON_TOKENS_PER_PARAM)
 
 
@@ -256,7 +261,7 @@ def verdict_of(v: dict, claim: dict) -> str:
         assert v["seeds"] in SCREENS, (claim["id"], "a claim over three or more seeds needs its test computed")
         return SCREENS[v["seeds"]]
     report = load_report(ROOT / v.get("report", claim["figures"][0]["report"]))
-    if below_horizon(report):
+    if below_horizon(report, v.get("arm")):
         return SMOKE
     if "difference" in v:
         d = resolve(report, v["difference"])

@@ -969,7 +969,8 @@ def test_strict_refuses_a_smoke_test_before_anything_runs(data_dir, tmp_path, ca
     # 1,000 steps of 2,048 tokens: about 12 tokens per parameter of the tiny GPT+ (~170K): evidence, allowed.
     rc = cli(*common, "--out", out, "--batch-tokens", "2048", "--budgets", "2048000", "--strict", "--dry-run")
     text = capsys.readouterr().out
-    assert rc == 0 and text.startswith("horizon: the largest budget is 1,000 steps") and not out.exists()
+    assert rc == 0 and text.startswith("horizon: the largest budget (2048K tokens) is 1,000 optimizer steps")
+    assert not out.exists()
 
 
 def test_jobs_auto_picks_the_faster_split_and_records_it(data_dir, tmp_path, monkeypatch):

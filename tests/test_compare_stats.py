@@ -12,7 +12,15 @@ from angpt.stats import loss_spikes, t_quantile
 from angpt.study import make_plan, paired_ttest, welch_ttest
 from angpt.study.comparison.analyse import analyse, verdict, warnings
 from angpt.study.comparison.collect import ArmRuns
-from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM, Horizon, count_params
+from angpt.study.comparison.horizon import (
+    MIN_STEPS,
+    MIN_TOKENS_PER_PARAM,
+    Horizon,
+    Horizons,
+    count_params,
+    short_comparison,
+)
+from angpt.study.comparison.lead import words
 from angpt.study.comparison.plots import NO_MATPLOTLIB, spread_note, wants_log_y, write_plots
 from angpt.study.comparison.render import render_markdown
 from angpt.study.store import run_health
@@ -110,16 +118,29 @@ def test_loss_spikes_follow_the_trainers_spike_rule():
 
 # ---------------------------------------------------------------------------------------------- horizon
 def test_horizon_rule_and_parameter_count(data_dir):
+    """Each arm's own tokens per non-embedding parameter (docs/protocol.md#horizon): an arm short of the rule makes
+    its own comparison a smoke test (and every one, as the baseline), never another arm's (issue 53: nGPT's 9.999
+    tokens per parameter at the GPU race's shape turned anGPT's verdict into a smoke test)."""
     params = 100_000
-    ok = Horizon(steps=MIN_STEPS, tokens=int(MIN_TOKENS_PER_PARAM * params), params=params,
-                 params_non_embedding=80_000, arm="a")  # fmt: skip
-    assert not ok.short and "smoke test" not in ok.message
-    few_steps = Horizon(MIN_STEPS - 1, 10**7, params, 80_000, "a")
-    few_tokens = Horizon(5000, int(MIN_TOKENS_PER_PARAM * params) - 1, params, 80_000, "a")
-    assert few_steps.short and "999 optimizer steps (< 1,000)" in few_steps.message
-    assert few_tokens.short and "tokens per parameter (< 10" in few_tokens.message
-    assert "steps (<" not in few_tokens.message and "\n" not in few_tokens.message
-    # Parameters are counted in total, embeddings included (docs/protocol.md#horizon): what a CPU build counts.
+    tokens = int(MIN_TOKENS_PER_PARAM * params)
+    ok = Horizon("gpt+", steps=MIN_STEPS, tokens=tokens, params=130_000, params_non_embedding=params)
+    assert not ok.short and ok.tokens_per_param == MIN_TOKENS_PER_PARAM  # the embedding table is not counted
+    few_steps = Horizon("a", MIN_STEPS - 1, 10**7, 130_000, params)
+    few_tokens = Horizon("ngpt", 5000, tokens, 130_000, params + 10)
+    assert few_steps.short and few_steps.shortfall() == "999 optimizer steps (< 1,000)"
+    assert (
+        few_tokens.short
+        and "9.999 tokens per non-embedding parameter (< 10; 100,010 of ngpt)" in few_tokens.shortfall()
+    )
+    race = Horizons("gpt+", {"gpt+": ok, "angpt": Horizon("angpt", 5000, tokens, 130_000, params), "ngpt": few_tokens})
+    assert race.short("ngpt") and not race.short("angpt") and race.any_short and not race.all_short
+    assert "smoke test, not evidence: ngpt against gpt+: 9.999 tokens" in race.message and "\n" not in race.message
+    assert race.to_dict()["short_comparisons"] == ["ngpt"] and not race.to_dict()["short"]
+    assert short_comparison(race.to_dict(), "ngpt") and not short_comparison(race.to_dict(), "angpt")
+    baseline_short = Horizons("ngpt", race.arms)  # the baseline short: every comparison is
+    assert baseline_short.all_short and "every comparison" in baseline_short.message
+    assert short_comparison({"short": True, "tokens_per_param": 3.0}, "angpt")  # a report from before: as recorded
+    # Parameters are counted as a CPU build counts them (the embedding table apart).
     from angpt.data import load_meta
     from angpt.models import model_from_config
     from angpt.train.config import load_run_config, resolve_model_config
@@ -404,3 +425,52 @@ def test_below_the_horizon_no_p_value_is_printed_bare(data_dir):
     assert SMOKE_P not in long and smoke.replace(SMOKE_P, "").removeprefix("smoke test: ") == long
     assert "no difference here is evidence" in _difference_intro(plan, family, smoke=True)
     assert "no difference here is evidence" not in _difference_intro(plan, family)
+
+
+# ------------------------------------------------------------------------------------- along the run
+def test_where_the_lead_comes_from_is_said_in_words():
+    """The GPU race's tuning seed at 8e-3 (issue 53, finding 9): anGPT behind GPT+ on validation at steps 396-660,
+    ahead only from 792, in the decay. The words name both spans, their share of the run and their sizes."""
+    from angpt.study.comparison.lead import along
+
+    steps = [132, 264, 396, 528, 660, 792, 924, 1052]
+    base = dict(zip(steps, [4.0, 3.0, 2.50, 2.30, 2.10, 1.90, 1.75, 1.6757]))
+    diffs = [-0.004, -0.001, +0.027, +0.036, +0.009, -0.030, -0.060, -0.0793]
+    arm = {s: base[s] + d for s, d in zip(steps, diffs)}
+    points = along(base, arm, 1052)
+    assert [round(p["diff"], 4) for p in points] == diffs and points[-1]["fraction"] == 1.0
+    text = words("angpt", "gpt+", points, 1052)
+    assert text == (
+        "angpt against gpt+ (validation loss, angpt - gpt+): ahead from step 132 to 264 (13%-25% of the run), "
+        "-0.004 to -0.001; behind from step 396 to 660 (38%-63% of the run), +0.009 to +0.036; ahead from step 792 "
+        "to the end (75%-100% of the run), -0.079 to -0.030"
+    )
+    assert words("angpt", "gpt+", points[-1:], 1052).endswith("ahead at step 1,052 (100%), -0.079")
+
+
+def test_what_the_seeds_detect_is_stated_at_their_spread_and_at_the_planning_one():
+    """80% power, paired t at alpha 0.05: (t_.975 + t_.8) sd / sqrt(n); at the planning spread 0.0245, five seeds
+    detect about 0.04 nats and three about 0.076 (issue 53, finding 7: three seeds suffice for a 0.07-nat difference
+    only if the spread is at most 0.0195). A one-seed plan without a tuning seed tests nothing: no section."""
+    from angpt.study.comparison.lead import PLANNING_SD, power, power_text
+
+    class P:  # the plan's fields power() reads
+        baseline, seeds, tuning_seed = "gpt+", [0, 1, 2], 1000
+
+    arms = {"gpt+": {}, "angpt": {"budgets": [{"difference": {"n_pairs": 3, "detectable": 0.05}}]}}
+    row = power(P, arms)["angpt"]
+    t = {2: (4.303, 1.061), 4: (2.776, 0.941)}  # t quantiles .975 and .8 at 2 and 4 degrees of freedom
+    assert row["detectable_planning_sd"] == pytest.approx(sum(t[2]) * PLANNING_SD / 3**0.5, rel=1e-3)
+    assert row["detectable_five"] == pytest.approx(sum(t[4]) * PLANNING_SD / 5**0.5, rel=1e-3)
+    assert round(row["detectable_five"], 3) == 0.041 and round(row["detectable_planning_sd"], 3) == 0.076
+    assert sum(t[2]) * 0.0195 / 3**0.5 == pytest.approx(0.0604, abs=1e-3)  # 0.0195 is where three reach ~0.06-0.07
+    text = power_text("angpt", row)
+    assert "3 reported seeds, which detect 0.050 nats at the spread they show (0.076" in text
+    assert "five seeds detect 0.041 nats" in text and "Holm" not in text
+    one = power(P, {"gpt+": {}, "angpt": {"budgets": [{"difference": {"n_pairs": 1}}]}})["angpt"]
+    assert "1 reported seed: no spread to test yet; five seeds detect 0.041" in power_text("angpt", one)
+
+    class Demo:
+        baseline, seeds, tuning_seed = "gpt+", [0], None
+
+    assert power(Demo, arms) == {}

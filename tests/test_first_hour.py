@@ -176,7 +176,7 @@ def test_train_help_points_to_the_settings(capsys):
 # -------------------------------------------------------------------------------------- a one-budget report
 def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
     """`make demo`'s shape: one budget, one seed. The verdict is a plain sentence, there is no speedup section
-    or plot (nothing to draw it from), and the loss curves remain."""
+    or plot (nothing to draw it from), and the loss curves and the lead along the run remain."""
     import re
 
     from angpt.study import make_plan, run_comparison
@@ -192,7 +192,7 @@ def test_a_one_budget_report_shows_what_one_budget_can_show(data_dir, tmp_path):
     assert "no speedup can be claimed" not in md and "## Convergence speedup" not in md
     assert "(one seed: no interval or test)" in md and "with its 95% interval" not in md  # no promise it can't keep
     pngs = sorted(p.name for p in (tmp_path / "one").glob("*.png"))
-    assert pngs == ["val_loss_vs_tokens.png"]
+    assert pngs == ["lead.png", "val_loss_vs_tokens.png"]
 
 
 # ------------------------------------------------------------------------------------------- smaller ones

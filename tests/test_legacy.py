@@ -90,11 +90,24 @@ def test_a_stored_comparison_renders_the_same_numbers_and_resumes_without_traini
     # the same verdicts, but below the horizon a p-value now says it is no evidence (issue 48)
     assert before["horizon"]["short"] and all(SMOKE_P in v for v in after["verdicts"] if "p=" in v)
     assert [v.replace(SMOKE_P, "") for v in after["verdicts"]] == before["verdicts"]
-    assert after["horizon"] == before["horizon"] and after["multiple_comparisons"] == before["multiple_comparisons"]
+    assert after["multiple_comparisons"] == before["multiple_comparisons"]
+    # judged by each arm's non-embedding parameters now, by the largest arm's total ones then: the same label here
+    assert after["horizon"]["short"] == before["horizon"]["short"] and "params_counted" in after["horizon"]
     capsys.readouterr()
     assert main(["compare", *make_legacy.compare_args(legacy / "data", legacy / "compare")]) == 0
     assert "trained 0 run(s)" in capsys.readouterr().out  # every run is found finished: the store is today's
     assert _numbers(json.loads((legacy / "compare" / "report.json").read_text())) == _numbers(before)
+
+
+def _rounded(x):
+    """`x` with every float to six significant figures."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
 
 
 def test_a_stored_ladder_renders_the_same_points_and_resumes_without_training(legacy, capsys):
@@ -108,7 +121,8 @@ def test_a_stored_ladder_renders_the_same_points_and_resumes_without_training(le
     assert main(["scaling", "report", str(legacy / "ladder"), "--bootstrap", "0"]) == 0
     after = json.loads((legacy / "ladder" / "report.json").read_text())
     assert points(after) == points(before)
-    assert json.dumps(after["ladder"]["arms"], sort_keys=True) == json.dumps(before["ladder"]["arms"], sort_keys=True)
+    # the fits' parameters to six figures: L-BFGS's last digits differ between CPUs (AVX-512 then, AMD AVX2 now)
+    assert _rounded(after["ladder"]["arms"]) == _rounded(before["ladder"]["arms"])
     capsys.readouterr()
     assert main(["scaling", *make_legacy.ladder_args(legacy / "data", legacy / "ladder")]) == 0
     assert "trained 0 run(s)" in capsys.readouterr().out

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from angpt.errors import UserError
+from angpt.errors import DeadlineReached, UserError
 from angpt.invocation import invoked_as
 
 # OpenMP threads that spin while they wait take the cores other work needs: passive waiting, set before torch loads
@@ -643,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"angpt {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except DeadlineReached:  # the study said where it stopped and how to go on
+        return 0
     except KeyboardInterrupt:
         print(f"angpt {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -26,6 +26,12 @@ class CheckpointError(UserError):
     """A missing, incomplete or mismatched checkpoint."""
 
 
+class DeadlineReached(KeyboardInterrupt):
+    """A study's in-process executor left runs unstarted that would have ended past its `--deadline`: the study
+    stops as an interruption does (its report PARTIAL, the same command goes on), and the command exits 0, having
+    done what it was asked (a chained job goes on)."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'train.lr'?)`` for a mistyped `word`, or "" when no choice is close.
 

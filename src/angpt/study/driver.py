@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from angpt.errors import UserError
+from angpt.errors import DeadlineReached, UserError
 from angpt.study import execute
 from angpt.study.execute import RunFailed, Runner, TerminateAsInterrupt
 from angpt.study.plan import Plan
 from angpt.study.progress import Progress, token_counts
 from angpt.study.store import PLAN_FILE, RunSpec, check_store, folder_lock, write_json
-from angpt.study.sweep import Runs, Sweeps, run_plan
+from angpt.study.sweep import Runs, Sweeps, SweepUnfinished, run_plan
 
 
 @dataclass
@@ -177,12 +177,18 @@ def plain_jobs(jobs: int | str, threads: int | None) -> tuple[int, int]:
 
 
 def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: int | None = None,
-              dry_run: bool = False, progress: bool = True, slurm: Any = None) -> Any:  # fmt: skip
-    """Run (or resume, or extend) `study` in `out`; its dry run with `dry_run` (nothing is written). With `slurm`
-    (study/slurm.py's SlurmOptions) each run is a Slurm job; `jobs` and `threads` are then this machine's only."""
+              dry_run: bool = False, progress: bool = True, executor: Any = None) -> Any:  # fmt: skip
+    """Run (or resume, or extend) `study` in `out`; its dry run with `dry_run` (nothing is written). `executor` is
+    where the runs go: None, `jobs` worker processes here (one: this process); study/slurm.py's SlurmOptions, each
+    run a Slurm job (`jobs` and `threads` are then this machine's only); study/inprocess.py's InProcess, every run
+    in this process with each arm's model built once, and its deadline. A deadline that leaves runs unstarted stops
+    the study as an interruption does (inprocess.DeadlineReached): its report is PARTIAL, re-running goes on."""
+    from angpt.study.slurm import SlurmOptions
+
     out = Path(out)
     study.check(out)
     jobs, threads = study.jobs(jobs, threads)
+    slurm = executor if isinstance(executor, SlurmOptions) else None
     if slurm is not None:
         from angpt.study import slurm_plan
 
@@ -195,15 +201,17 @@ def run_study(study: Study, out: str | Path, *, jobs: int | str = 1, threads: in
         study.begin(out)
         for unit in study.units(out):
             try:
-                run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress, slurm=slurm)
-            except KeyboardInterrupt:
+                run_unit(unit, study.verb, jobs=jobs, threads=threads, progress=progress, executor=executor)
+            except KeyboardInterrupt as e:
                 where = f" at {unit.folder.relative_to(out)}" if unit.folder != out else ""
-                print(f"{study.kind} interrupted{where}: re-run the same command to resume ({out})", file=sys.stderr)
+                deadline = isinstance(e, DeadlineReached)
+                what, then = (f"stopped at its deadline ({e})", "go on") if deadline else ("interrupted", "resume")
+                print(f"{study.kind} {what}{where}: re-run the same command to {then} ({out})", file=sys.stderr)
                 raise
         return study.finish(out)
 
 
-def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool, slurm: Any = None) -> Any:
+def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool, executor: Any = None) -> Any:
     """One plan: its store checked and its plan.json written (a new or extended plan), its runs, its report."""
     folder, plan = unit.folder, unit.plan
     with nullcontext() if unit.locked else folder_lock(folder, verb):
@@ -215,10 +223,15 @@ def run_unit(unit: Unit, verb: str, *, jobs: int, threads: int, progress: bool, 
             write_json(folder / PLAN_FILE, plan.to_dict())
         total, done = token_counts(plan, folder)  # the bar counts tokens, finished runs as done
         bar = Progress(progress, max(total, done), min(done, max(total, done)))
-        runner = Runner(plan, folder, jobs=jobs, threads=threads, progress=bar, slurm=slurm)
+        runner = Runner(plan, folder, jobs=jobs, threads=threads, progress=bar, executor=executor)
         try:
             with TerminateAsInterrupt():
-                sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)
+                try:
+                    sweeps = run_plan(plan, runner, on_extension=bar.add_total, before_main=unit.before_main)
+                except SweepUnfinished:
+                    runner.stop_at_deadline()  # a sweep whose runs the deadline left unstarted
+                    raise
+                runner.stop_at_deadline()
         except (KeyboardInterrupt, RunFailed):
             bar.close()
             unit.partial()  # a failed run is listed there with its log's tail

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from angpt.errors import UserError
+from angpt.errors import DeadlineReached, UserError
 from angpt.invocation import child_env
 from angpt.stats import median
 from angpt.study.plan import Plan
@@ -74,11 +74,12 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
+def execute_run(plan: Plan, report_dir: Path, spec: RunSpec, models: Any = None) -> dict[str, Any]:
     """Train one run (or finish an interrupted one) and record its result; returns the record.
 
     A record with status "interrupted" (a signal arrived) is returned but not written. In a run of several ranks
-    (torchrun, or srun in a Slurm job) every rank trains and rank 0 alone writes the record.
+    (torchrun, or srun in a Slurm job) every rank trains and rank 0 alone writes the record. `models` (the in-process
+    executor's ModelCache) lends the run a model an earlier run of this process built and compiled.
     """
     from angpt.train.config import load_run_config
     from angpt.train.loop import TrainingError, train
@@ -104,7 +105,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     }
     main_rank = int(os.environ.get("RANK", "0")) == 0
     try:
-        result = train(cfg, restart_unsaved=True)  # ours: one that stopped before its first checkpoint restarts
+        result = train(cfg, restart_unsaved=True, models=models)  # ours: one stopped before its first save restarts
     except TrainingError as e:
         # A diverging LR is a legitimate sweep result (its loss counts as infinite), not a crash of the plan.
         record.update(status="diverged", val_loss=None, val_bpb=None, error=str(e), wall_s=time.time() - t0)
@@ -120,6 +121,7 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
     if last.get("step") != steps or "val_loss" not in last:
         raise UserError(f"run {out} finished but its metrics.jsonl does not end with step {steps}'s val_loss")
     step_times = [r["step_time"] for r in rows if "step_time" in r and r["step"] > 1]
+    first = next((r["step_time"] for r in rows if r["step"] == 1 and "step_time" in r), None)
     record.update(
         status="finished",
         val_loss=last["val_loss"],
@@ -130,6 +132,8 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec) -> dict[str, Any]:
         step_time_median=median(step_times),
         dtype=result.dtype,  # what `auto` resolved to in this run: the report checks that every run agrees
         compiled=result.compiled,  # train.compile as resolved (auto: on CUDA): its step times differ ~2x
+        first_step_s=first,  # with the compiling, where this run built its model (not model_reused)
+        model_reused=result.model_reused,
         wall_s=time.time() - t0,
         **run_health(rows),
     )
@@ -214,11 +218,18 @@ def ask_cancel(job_ids: list[str], stdin=None) -> bool:
 
 
 class Runner:
-    """Runs batches of RunSpecs: in this process (jobs=1) or in `jobs` worker processes."""
+    """Runs batches of RunSpecs where the `executor` says (driver.run_study): in `jobs` worker processes, one Slurm
+    job each, or in this process (jobs=1, or study/inprocess.py's InProcess with its deadline)."""
 
-    def __init__(self, plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: Progress, slurm: Any = None):
+    def __init__(
+        self, plan: Plan, report_dir: Path, *, jobs: int, threads: int, progress: Progress, executor: Any = None
+    ):
+        from angpt.study.inprocess import InProcess
+        from angpt.study.slurm import SlurmOptions
+
         self.plan, self.report_dir, self.jobs, self.threads, self.progress = plan, report_dir, jobs, threads, progress
-        self.slurm = slurm  # study/slurm.py's SlurmOptions: each run a Slurm job; None: on this machine
+        self.slurm = executor if isinstance(executor, SlurmOptions) else None
+        self.inprocess = executor if isinstance(executor, InProcess) else (InProcess() if jobs == 1 else None)
         self.records: dict[tuple, dict[str, Any]] = {}
         self.trained: list[RunSpec] = []  # runs this invocation actually trained (not skipped)
 
@@ -239,22 +250,50 @@ class Runner:
             return
         if self.slurm is not None:
             self._run_slurm(todo)
-        elif self.jobs == 1:
-            for spec in todo:
-                self._record(spec, self._run_here(spec))
+        elif self.inprocess is not None:
+            self._run_inprocess(todo)
         else:
             self._run_pool(todo)
 
-    def _run_here(self, spec: RunSpec) -> dict[str, Any]:
+    def _run_inprocess(self, todo: list[RunSpec]) -> None:
+        """Every run here, one at a time, each arm's model built once (study/inprocess.py); with a deadline, a run
+        (or a seed's pair) that cannot end before it is left unstarted."""
         import torch
 
-        old = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
-        self.progress.start(self._dir(spec), spec)
-        try:
-            return execute_run(self.plan, self.report_dir, spec)
-        finally:
-            torch.set_num_threads(old)
+        from angpt.study.inprocess import run_groups, store_estimate
+
+        ex = self.inprocess
+        if ex.deadline is not None and ex.estimate is None:
+            ex.estimate = store_estimate(self.plan, self.known, self._all_records)
+        train = ex.train or execute_run
+
+        def train_one(spec: RunSpec) -> None:
+            old = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            self.progress.start(self._dir(spec), spec)
+            try:
+                rec = train(self.plan, self.report_dir, spec, ex.models)
+            finally:
+                torch.set_num_threads(old)
+            self._record(spec, rec)
+            if ex.after is not None:
+                ex.after(spec, rec)
+
+        run_groups(self.plan, todo, ex, train_one)
+
+    def _all_records(self) -> list[dict[str, Any]]:
+        """Every finished run's record in the store and this invocation's (the in-process estimate's step times)."""
+        found = {}
+        for path in (self.report_dir / "runs").glob("**/" + RESULT_FILE):
+            with contextlib.suppress(OSError, ValueError):
+                found[path] = json.loads(path.read_text())
+        return [r for r in found.values() if isinstance(r, dict)] + list(self.records.values())
+
+    def stop_at_deadline(self) -> None:
+        """DeadlineReached when the in-process executor left runs unstarted (their ends would pass its deadline)."""
+        left = self.inprocess.skipped if self.inprocess is not None else []
+        if left:
+            raise DeadlineReached(f"{len(left)} run(s) would have ended past it, e.g. {left[0].name()}")
 
     def _start_worker(self, spec: RunSpec, log: Path, plan_json: str, env: dict[str, str]):
         """A worker process for `spec`, its output into `log`, its own session, the plan written to its stdin."""

@@ -1,6 +1,7 @@
 """The command-line flags every kind of study shares, read once: lists and numbers, per-arm rates, the
 :class:`~angpt.study.plan.PlanOptions` that every plan of a study shares (`angpt compare`, `angpt scaling`), and
-where the runs train (`--jobs` here, or `--executor slurm` with its options from flags or a YAML file)."""
+where the runs train (`--jobs` here, `--executor inprocess` with its `--deadline`, or `--executor slurm` with its
+options from flags or a YAML file)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,8 @@ def jobs_flag(text: str, *, auto: bool = True) -> int | str:
 
 
 def add_executor_flags(s: argparse.ArgumentParser, *, auto: bool = True) -> None:
-    """Where the runs train: --jobs and --threads here, or --executor slurm and its --slurm.* flags (one per
-    SlurmOptions field, study/slurm.py) and --slurm.config FILE."""
+    """Where the runs train: --jobs and --threads here, --executor inprocess and its --deadline, or --executor slurm
+    and its --slurm.* flags (one per SlurmOptions field, study/slurm.py) and --slurm.config FILE."""
     from angpt.study.slurm import option_fields
 
     more = ", or 'auto' (measure jobs x threads)" if auto else ""
@@ -107,8 +108,16 @@ def add_executor_flags(s: argparse.ArgumentParser, *, auto: bool = True) -> None
     s.add_argument(
         "--executor",
         default="local",
-        choices=["local", "slurm"],
-        help="where runs train: worker processes here, or one Slurm job each (docs/compare.md#on-a-cluster)",
+        choices=["local", "inprocess", "slurm"],
+        help="where runs train: worker processes here (--jobs); every run in this process, each arm's model built "
+        "and compiled once (inprocess: one device, --deadline); or one Slurm job each (docs/compare.md)",
+    )
+    s.add_argument(
+        "--deadline",
+        default=None,
+        metavar="SECONDS",
+        help="--executor inprocess: start no run (nor a seed's pair of runs) that would end later than this from "
+        "now (570, 9.5m, 2h); the study then stops PARTIAL and the same command goes on",
     )
     s.add_argument(
         "--slurm.config",
@@ -125,6 +134,24 @@ def add_executor_flags(s: argparse.ArgumentParser, *, auto: bool = True) -> None
             s.add_argument(flag, dest=dest, action="append", default=None, metavar="OPTION", help=text)
         else:
             s.add_argument(flag, dest=dest, type=kind, default=None, metavar=name.split("_")[0].upper(), help=text)
+
+
+def executor_options(args: argparse.Namespace) -> Any:
+    """Where the runs go, from the flags: None (--jobs worker processes here), study/inprocess.py's InProcess
+    (--executor inprocess, with --deadline) or study/slurm.py's SlurmOptions (slurm_options). A flag of another
+    executor is a one-line UserError."""
+    if args.executor != "inprocess":
+        if args.deadline is not None:
+            raise UserError("--deadline needs --executor inprocess")
+        return slurm_options(args)
+    import time
+
+    from angpt.study.inprocess import InProcess, parse_deadline
+
+    slurm_options(args)  # a --slurm.* flag here is refused in one line
+    if str(args.jobs) != "1":
+        raise UserError(f"--jobs {args.jobs}: --executor inprocess trains one run at a time in this process")
+    return InProcess(deadline=None if args.deadline is None else time.time() + parse_deadline(args.deadline))
 
 
 def slurm_options(args: argparse.Namespace) -> Any:

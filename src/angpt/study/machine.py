@@ -13,18 +13,23 @@ def machine_info(dtype: str = "auto", device: str = "auto") -> dict[str, Any]:
     import torch
 
     import angpt
+    from angpt.errors import ConfigError
     from angpt.train.dist import pick_device
     from angpt.train.hardware import cpu_bf16_summary, cpu_info
     from angpt.train.step import resolve_dtype
 
     cpu = cpu_info().get("model name") or platform.processor() or platform.machine()
+    try:
+        here = pick_device(device)
+    except ConfigError:  # a report of runs made on a device this machine lacks (a GPU's, read on a CPU)
+        here = pick_device("auto")
     gpu = None
     if torch.cuda.is_available():
         gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     from angpt.train.provenance import git_revision
 
     return {
-        "dtype": resolve_dtype(dtype, pick_device(device)),  # what the runs used: "auto" resolved on this machine
+        "dtype": resolve_dtype(dtype, here),  # what the runs used: "auto" resolved on this machine
         "angpt_version": angpt.__version__,
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),

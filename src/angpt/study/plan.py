@@ -30,6 +30,11 @@ from angpt.study.arms import (
 from angpt.units import format_lr, format_tokens, parse_tokens, round_lr
 
 DEFAULT_LR_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
+# A sweep extends its grid while its best rate sits at an edge (docs/protocol.md#learning-rate-grids): a rate too
+# low learns too little and one too high diverges, so the best comes inside within a few steps. This many steps
+# beyond the initial grid (x64 at a factor of 2 a step) stops one that never does (a model that diverges at every
+# rate, say); the report then says the sweep is unfinished.
+DEFAULT_MAX_EXTENSIONS = 6
 STATS = ("paired", "welch")  # the test that leads the verdict (both are reported)
 
 
@@ -37,10 +42,11 @@ STATS = ("paired", "welch")  # the test that leads the verdict (both are reporte
 class Plan:
     """A whole comparison. Build with :func:`make_plan` (it validates and resolves defaults).
 
-    The sweep runs every arm over its LR grid at the smallest budget with the first seed; the best LR (lowest
-    final validation loss) is then used for every budget and seed. A best LR at an edge of the grid extends the
-    grid by one step in that direction, at most `max_extensions` times per arm. An arm with tuned settings
-    (``tune.KEY=...``) is swept over LR x settings at every budget instead, and uses each budget's best.
+    The sweep runs every arm over its LR grid at one budget (`tune_budget`, by default the smallest) on the tuning
+    seed; the best LR (lowest final validation loss) is then used for every budget and seed. A best LR at an edge
+    of the grid extends the grid by one step in that direction until it lies inside (at most `max_extensions`
+    times per arm). An arm with tuned settings (``tune.KEY=...``) is swept over LR x settings at every budget
+    instead, and uses each budget's best.
     """
 
     data: str
@@ -58,7 +64,7 @@ class Plan:
     # stored plan keeps its centres when a recipe's default rate changes; it stands for `lr` in the identity.
     centres: dict[str, float] = field(default_factory=dict)
     lr_values: dict[str, list[float]] = field(default_factory=dict)  # an explicit absolute grid per arm label
-    max_extensions: int = 2
+    max_extensions: int = DEFAULT_MAX_EXTENSIONS
     settings: dict[str, Any] = field(default_factory=dict)  # "model.KEY"/"train.KEY" -> value, every arm
     eval_batches: int = 20
     eval_points: int = 10  # validation evaluations per run (for the loss-vs-tokens plot), the last at the end
@@ -73,6 +79,9 @@ class Plan:
     # before these existed (None, "val") swept on their first seed, whose sweep run was also its reported run.
     tuning_seed: int | None = None
     report_split: str = "val"
+    # The budget the sweeps run at (one of `budgets`); None: the smallest. Tuning at the largest costs more and needs
+    # no LR check there (a GPU race tunes each arm on full runs).
+    tune_budget: int | None = None
 
     # ------------------------------------------------------------------------------------------- lookups
     def arm(self, label: str) -> Arm:
@@ -86,7 +95,8 @@ class Plan:
 
     @property
     def sweep_budget(self) -> int:
-        return self.budgets[0]
+        """The budget every arm is swept at: `tune_budget`, else the smallest."""
+        return self.tune_budget if self.tune_budget is not None else self.budgets[0]
 
     @property
     def sweep_seed(self) -> int:
@@ -288,7 +298,7 @@ class PlanOptions:
     lr_grid: list[float] | None = None  # multipliers of each arm's centre LR (None: DEFAULT_LR_GRID)
     lr: dict[str, float] = field(default_factory=dict)  # centre LR per arm label (default: the recipe's at preset)
     lr_values: dict[str, list[float]] = field(default_factory=dict)  # an explicit absolute grid per arm label
-    max_extensions: int = 2
+    max_extensions: int = DEFAULT_MAX_EXTENSIONS
     settings: dict[str, Any] | list[str] = field(default_factory=dict)  # "model.KEY"/"train.KEY" -> value
     eval_batches: int = 20
     eval_points: int = 10
@@ -337,6 +347,7 @@ def make_plan(
     retune: list[str] | None = None,
     stat: str = "paired",
     tuning_seed: int | None = 1000,
+    tune_budget: int | str | None = None,
     **option_fields: Any,
 ) -> Plan:
     """Build and validate a :class:`Plan`; every problem is a one-line :class:`UserError` before any run starts.
@@ -369,6 +380,7 @@ def make_plan(
 
     bt = parse_tokens(batch_tokens)
     budget_ints, seeds = _budgets_and_seeds(budgets, bt, seeds, tuning_seed)
+    tune_at = _tune_budget(tune_budget, budget_ints)
     grid, lr, lr_values = _rates(lr_grid, lr, lr_values, labels)
     _check_options(max_extensions, eval_batches, eval_points, dtype)
     settings = dict(parse_settings(settings) if isinstance(settings, list) else settings or {})
@@ -399,6 +411,7 @@ def make_plan(
         stat=stat,
         tuning_seed=tuning_seed,
         report_split="test" if test.get("tokens") else "val",
+        tune_budget=tune_at,
     )
     plan.centres = {a.label: plan.centre_lr(a) for a in arm_objs}
 
@@ -474,6 +487,17 @@ def _budgets_and_seeds(
             "different seeds (docs/protocol.md); pick another --tuning-seed or other --seeds"
         )
     return budget_ints, seeds
+
+
+def _tune_budget(given: int | str | None, budgets: list[int]) -> int | None:
+    """The budget the sweeps run at: None for the smallest (the default), else one of `budgets` ("largest" names
+    the largest); a one-line UserError for any other."""
+    if given is None:
+        return None
+    value = budgets[-1] if given == "largest" else parse_tokens(given)
+    if value not in budgets:
+        raise UserError(f"--tune-budget {given} is not one of the budgets ({', '.join(map(format_tokens, budgets))})")
+    return None if value == budgets[0] else value
 
 
 def _rates(lr_grid, lr, lr_values, labels: list[str]) -> tuple[list[float], dict, dict]:

@@ -98,8 +98,12 @@ def run_sweeps(
     while len(settled) < len(arms):
         pending = [a for a in arms if a.label not in settled]
         specs = [RunSpec(a.label, b, s, lr, st) for a in pending for st, lrs in tried[a.label].items() for lr in lrs]
+        specs.sort(key=lambda spec: _priority(plan, spec))
         runner.run(specs + batch_extra)
         batch_extra = []
+        unfinished = [spec for spec in specs if runner.known(spec) is None]
+        if unfinished:  # not started (an executor's deadline): a rate not run is not a rate that diverged
+            raise SweepUnfinished(f"{len(unfinished)} sweep run(s) not run, e.g. {unfinished[0].name()}")
         for a in pending:
             losses = {
                 (lr, st): _loss(runner.known(RunSpec(a.label, b, s, lr, st)))
@@ -134,6 +138,18 @@ def run_sweeps(
                 fixed=len(plan.initial_grid(a)) == 1,
             )
     return {a.label: settled[a.label] for a in arms}
+
+
+class SweepUnfinished(Exception):
+    """A sweep's runs were not all run (an executor stopped at its deadline): it cannot settle yet."""
+
+
+def _priority(plan: Plan, spec: RunSpec) -> tuple:
+    """A sweep's runs in the order they go: every arm's centre rate first, then each arm's next nearest on either
+    side (the lower first), and so on, so that a sweep cut short (a deadline) has tuned every arm as far."""
+    grid = plan.initial_grid(plan.arm(spec.arm))
+    centre = grid[len(grid) // 2]
+    return (round(abs(math.log(spec.lr / centre)), 9), spec.lr > centre, [a.label for a in plan.arms].index(spec.arm))
 
 
 def chosen(plan: Plan, sweeps: Sweeps, label: str, budget: int) -> Point | None:
@@ -221,14 +237,20 @@ def lr_check(plan: Plan, sweeps: Sweeps, label: str, known: Callable[[RunSpec], 
     return out
 
 
+def budget_order(plan: Plan) -> list[int]:
+    """The budgets in the order their runs go: the one every arm is swept at first (its rates decide the others'),
+    then the rest ascending."""
+    return [plan.sweep_budget] + [b for b in plan.budgets if b != plan.sweep_budget]
+
+
 def run_plan(
     plan: Plan,
     runner: Runs,
     on_extension: Callable[[int], None] | None = None,
     before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
 ) -> Sweeps:
-    """Every run of the plan, budget-major: at each budget (ascending) the sweeps due there, then every arm x seed
-    (at the largest, with the LR check's runs: :func:`check_specs`)
+    """Every run of the plan, budget-major (:func:`budget_order`): at each budget the sweeps due there, then every
+    arm x seed (at the largest, with the LR check's runs: :func:`check_specs`)
     (`before_main(runner, specs)` sees those main runs just before they run: a scaling ladder seeds WSD branches).
 
     So an interrupted comparison holds every arm at each budget it finished (and, within the budget it stopped
@@ -236,7 +258,7 @@ def run_plan(
     main runs beside that budget's sweeps (parallel jobs stay busy).
     """
     sweeps: Sweeps = {a.label: {} for a in plan.arms}
-    for b in plan.budgets:
+    for b in budget_order(plan):
         due = [a for a in plan.arms if plan.tunes_at(a, b)]
         ready = main_specs(plan, sweeps, [b], [a for a in plan.arms if a not in due])
         if due:

@@ -72,26 +72,35 @@ class TrainResult:
     best: Path | None = None  # checkpoints/best: the weights of the lowest validation loss (train.keep_best)
     best_val_loss: float | None = None
     test_loss: float | None = None  # on the test split, at the last step (datasets with one)
+    model_reused: bool = False  # built by an earlier run in this process (train's `models`): nothing compiled
 
 
 # --------------------------------------------------------------------------------------------------- train
 def train(
-    cfg: RunConfig, evaluators: list[Evaluator] | None = None, *, restart_unsaved: bool = False, cpu_note: str = ""
+    cfg: RunConfig,
+    evaluators: list[Evaluator] | None = None,
+    *,
+    restart_unsaved: bool = False,
+    cpu_note: str = "",
+    models: Any = None,
 ) -> TrainResult:
     """Train one run described by `cfg`; returns where it stopped. Safe to call again to resume (resume=auto).
 
     `evaluators` run at every `train.eval_tasks_every` steps and at the end (rank 0, single process only); the
     CLI passes lm-eval's when `train.eval_tasks` is set. `restart_unsaved` starts afresh a run whose folder holds
     one that stopped before its first checkpoint (a study's own runs; `angpt train` refuses such a folder).
-    `cpu_note` is what the CLI found of a busy machine (hardware.cpu_share), for the start-up summary.
+    `cpu_note` is what the CLI found of a busy machine (hardware.cpu_share), for the start-up summary. `models`
+    (study/inprocess.py's ModelCache) lends the model, and its compiled forward, of an earlier run of the same
+    model in this process: its weights are set in place to this run's fresh ones, and nothing compiles again.
     """
     if cfg.out is not None and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"--out {cfg.out} is a file; pass a folder")
     other_rank = int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+    kw = {"restart_unsaved": restart_unsaved, "cpu_note": cpu_note, "models": models}
     if cfg.out is None or other_rank:  # rank 0 claims the folder for all ranks
-        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved, cpu_note=cpu_note).run()
+        return Trainer(cfg, evaluators, **kw).run()
     with DirLock(cfg.out, "angpt train"):
-        return Trainer(cfg, evaluators, restart_unsaved=restart_unsaved, cpu_note=cpu_note).run()
+        return Trainer(cfg, evaluators, **kw).run()
 
 
 class Trainer:
@@ -108,6 +117,7 @@ class Trainer:
         *,
         restart_unsaved: bool = False,
         cpu_note: str = "",
+        models: Any = None,
     ):
         from angpt.data import check_compatible, check_trainable, data_identity, load_meta
 
@@ -153,7 +163,11 @@ class Trainer:
             print(f"warning: {note}", file=sys.stderr)
 
         # build (model, optimizer, schedule, step, loader: train/setup.py), then restore
-        built = build(self.run_spec, info, dist=cfg.dist)
+        lent = models.lend(self.run_spec) if models is not None and not info.enabled else {}
+        built = build(self.run_spec, info, dist=cfg.dist, **lent)
+        if models is not None and not info.enabled:
+            models.keep(self.run_spec, built)
+        self.model_reused = "model" in lent
         self.model, self.base, self.opt, self.sched = built.model, built.base, built.optimizer, built.scheduler
         self.loader, self.step_fn, self.flops_per_token = built.loader, built.step, built.flops_per_token
         test = self.meta.get("splits", {}).get("test", {})
@@ -599,6 +613,7 @@ class Trainer:
             compiled=self.compile,
             best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,
             best_val_loss=self.best_val if self.best_step is not None else None,
+            model_reused=self.model_reused,
         )
 
 

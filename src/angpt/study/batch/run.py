@@ -75,11 +75,11 @@ def run_batch_study(
     dry_run: bool = False,
     progress: bool = True,
     command: str | None = None,
-    slurm: Any = None,
+    executor: Any = None,
 ) -> tuple[str, dict[str, Any], dict[str, Path]]:
     """Run (or resume) every batch size's plan, then rewrite the scaling report in `out`.
 
-    Returns (dry-run text or "", the report, its files). `dry_run` writes nothing. With `slurm` (study/slurm.py's
-    SlurmOptions) each run is a Slurm job."""
+    Returns (dry-run text or "", the report, its files). `dry_run` writes nothing. `executor` is where the runs go
+    (study/flags.py's executor_options: each a Slurm job, or all in this process; None: --jobs here)."""
     kind = BatchSizeStudy(study, command=command if command is not None else command_line())
-    return run_study(kind, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)
+    return run_study(kind, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, executor=executor)

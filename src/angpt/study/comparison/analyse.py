@@ -441,7 +441,7 @@ def verdict(plan: Plan, label: str, entry: dict[str, Any], smoke: bool = False) 
 def warnings(plan: Plan, arms: dict[str, Any], meta: dict | None, horizon: dict[str, Any] | None = None) -> list[str]:
     """Everything that weakens the comparison, said plainly."""
     out = []
-    if horizon is not None and horizon.get("short"):
+    if horizon is not None and (horizon.get("short_comparisons") or horizon.get("short")):
         out.append(horizon["message"])
     for label, e in arms.items():
         for sw in e["sweeps"]:

@@ -60,6 +60,7 @@ def plan_from_args(args: argparse.Namespace, data=None):
         retune=split_arms(args.retune or ""),
         stat=args.stat,
         tuning_seed=args.tuning_seed,
+        tune_budget=args.tune_budget,
     )
 
 
@@ -67,7 +68,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Build the plan from the flags, run (or dry-run) it, print the verdicts and where the report is."""
     from angpt.study.comparison.run import run_comparison
     from angpt.study.execute import StudyInterrupted
-    from angpt.study.flags import jobs_flag, slurm_options
+    from angpt.study.flags import executor_options, jobs_flag
 
     if args.sample_tokens < 1:
         raise UserError(f"--sample-tokens {args.sample_tokens} must be a positive integer")
@@ -89,7 +90,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             strict=args.strict,
             sample=args.sample,
             sample_tokens=args.sample_tokens,
-            slurm=slurm_options(args),
+            executor=executor_options(args),
         )
     except StudyInterrupted as e:
         return 128 + e.signum  # as the shell reports a process a signal stopped (130 SIGINT, 143 SIGTERM)
@@ -129,6 +130,7 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
     from angpt.study.flags import add_executor_flags
+    from angpt.study.plan import DEFAULT_MAX_EXTENSIONS
 
     s = subparsers.add_parser(
         "compare",
@@ -151,6 +153,13 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         "'none': the first seed, whose sweep run is also reported, as plans before 2026-11-25 did); with it, each "
         "chosen LR is also checked at the largest budget against its two grid neighbours (the report's LR check)",
     )
+    s.add_argument(
+        "--tune-budget",
+        default=None,
+        metavar="TOKENS",
+        help="the budget the LR sweeps run at: one of --budgets, or 'largest' (default: the smallest, with each "
+        "chosen LR checked at the largest)",
+    )
     s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
     s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")
     s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
@@ -164,7 +173,13 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         "--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default at --preset)"
     )
     s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
-    s.add_argument("--max-extensions", type=int, default=2, help="grid extensions when the best LR is at an edge")
+    s.add_argument(
+        "--max-extensions",
+        type=int,
+        default=DEFAULT_MAX_EXTENSIONS,
+        help="the most grid steps added beyond an edge while the best LR sits there (default %(default)s; "
+        "docs/protocol.md#learning-rate-grids)",
+    )
     s.add_argument(
         "--set",
         nargs="+",

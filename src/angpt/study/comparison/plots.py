@@ -49,9 +49,9 @@ def tokens_label(x: float, _pos: Any = None) -> str:
 
 
 def write_plots(
-    plan: Plan, runs: dict[str, ArmRuns], arms: dict[str, Any], out: Path
+    plan: Plan, runs: dict[str, ArmRuns], arms: dict[str, Any], out: Path, report: dict[str, Any] | None = None
 ) -> tuple[dict[str, Path], list[str]]:
-    """The three PNGs, and warnings (matplotlib missing: no files and one warning line)."""
+    """The PNGs, and warnings (matplotlib missing: no files and one warning line)."""
     try:
         import matplotlib
 
@@ -60,6 +60,9 @@ def write_plots(
     except ImportError:
         return {}, [NO_MATPLOTLIB]
     files = {"val_loss_vs_tokens": _curves(plt, plan, runs, arms, out / "val_loss_vs_tokens.png")}
+    drawn = _lead(plt, plan, report or {}, out / "lead.png")
+    if drawn is not None:
+        files["lead"] = drawn
     if len(plan.budgets) == 1:  # one point per arm and no speedup to draw: the curves and the report say it all
         return files, []
     files["final_loss_vs_budget"] = _final_losses(plt, plan, arms, out / "final_loss_vs_budget.png")
@@ -100,6 +103,47 @@ def _curves(plt, plan: Plan, runs: dict[str, ArmRuns], arms: dict[str, Any], pat
     ax.grid(alpha=0.3)
     if plotted:  # a partial report may have no finished curve at the largest budget yet
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _lead(plt, plan: Plan, report: dict[str, Any], path: Path) -> Path | None:
+    """Each arm's validation loss minus the baseline's along the run: at the largest budget, every reported seed
+    (thin) and their mean (thick); where no reported seed has both, the tuning seed's runs at the chosen rates
+    (dashed: a screen). None when neither has a point."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    lines = []  # (label, [(tokens, diff)], style)
+    for label, e in (report.get("lead") or {}).items():
+        for points in e["seeds"].values():
+            lines.append(
+                (None, [(p["step"] * plan.batch_tokens, p["diff"]) for p in points], {"lw": 0.8, "alpha": 0.4})
+            )
+        if e["mean"]:
+            mean = [(p["step"] * plan.batch_tokens, p["diff"]) for p in e["mean"]]
+            lines.append((f"{label} ({len(e['seeds'])} seeds)", mean, {"lw": 2, "marker": "o", "ms": 3}))
+    screen = report.get("tuning_screen") or {}
+    if not any(label for label, _, _ in lines):
+        for label, row in (screen.get("arms") or {}).items():
+            if row.get("along"):
+                pts = [(p["step"] * plan.budgets[0] // plan.steps(plan.budgets[0]), p["diff"]) for p in row["along"]]
+                lines.append((f"{label}, tuning seed {screen['seed']} (a screen)", pts, {"ls": "--", "marker": "o",
+                                                                                        "ms": 3}))  # fmt: skip
+    if not any(pts for _, pts, _ in lines):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, pts, style in lines:
+        ax.plot(*zip(*pts), label=label, **style)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.xaxis.set_major_formatter(FuncFormatter(tokens_label))
+    ax.set_xlabel("tokens")
+    ax.set_ylabel(f"validation loss - {plan.baseline}'s (nats)")
+    ax.set_title(f"Where the lead comes from: below 0 the arm is ahead of {plan.baseline}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

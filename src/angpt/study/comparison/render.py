@@ -87,6 +87,8 @@ def render_markdown(plan: Plan, report: dict[str, Any], plots: dict[str, Path]) 
         lines += _differences(plan, report, others)
     if others and len(plan.budgets) > 1:
         lines += _speedups(plan, report["arms"], others)
+    lines += _tuning_screen(plan, report.get("tuning_screen"))
+    lines += _lead(plan, report.get("lead") or {}, report.get("power") or {})
     lines += _stability(report["arms"], swept)
     lines += _step_times(report["arms"])
     if swept:  # a one-point grid is no sweep: its table would show each arm's one run as "best"
@@ -118,6 +120,8 @@ def _header(plan: Plan, report: dict[str, Any], hz: dict[str, Any], smoke: bool)
         ]
     if smoke:  # said once, with its reasons, under a partial report's notice: no section below repeats it
         lines += [_smoke_line(hz["message"]), ""]
+    elif hz.get("short_comparisons"):  # some comparisons only: the others are judged as usual
+        lines += [f"**Below the horizon: {hz['message']}.**", ""]
     lines += [
         f"- date: {mach['date']}",
         f"- command: `{report['command']}`",
@@ -138,7 +142,12 @@ def _header(plan: Plan, report: dict[str, Any], hz: dict[str, Any], smoke: bool)
     ]
     if report.get("rewritten_by"):
         lines.append(f"- rewritten from the run store by `{report['rewritten_by']}` (nothing trained)")
-    if hz:
+    if hz.get("arms"):
+        per = "; ".join(f"{label} {h['tokens_per_param']:.4g} ({h['params_non_embedding']:,} parameters, "
+                        f"{h['params']:,} with the embedding table)" for label, h in hz["arms"].items())  # fmt: skip
+        lines.append(f"- horizon: the largest budget is {hz['steps']:,} optimizer steps; tokens per non-embedding "
+                     f"parameter, each arm's own: {per}")  # fmt: skip
+    elif hz:  # recorded before 2026-11-28: the largest arm's total parameters judged the whole report
         lines.append(
             f"- horizon: the largest budget is {hz['steps']:,} optimizer steps and {hz['tokens_per_param']:.3g} tokens "
             f"per parameter ({hz['params']:,} parameters of {hz['arm']}, embeddings included; "
@@ -164,7 +173,8 @@ def _verdict(plan: Plan, report: dict[str, Any], hz: dict[str, Any], smoke: bool
     how = f", with its 95% interval and {lead}" if len(plan.seeds) > 1 else " (one seed: no interval or test)"
     lines += [f"Each line leads with the arm's final loss minus {base}'s at the largest budget{how}.", ""]
     lines += [f"- {v}" for v in report["verdicts"]] or ["- (only the baseline was run)"]
-    warned = [w for w in report["warnings"] if not (smoke and w == hz["message"])]  # the top says it
+    said = smoke or bool(hz.get("short_comparisons"))  # the top says the horizon's message
+    warned = [w for w in report["warnings"] if not (said and w == hz["message"])]
     if warned:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warned]
     return lines
@@ -366,6 +376,75 @@ def _lr_checks(plan: Plan, arms: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _tuning_screen(plan: Plan, screen: dict[str, Any] | None) -> list[str]:
+    """The tuning seed's runs at the chosen rates: a one-seed screen, its differences, and along the run."""
+    rows = (screen or {}).get("arms") or {}
+    if len(rows) < 2:
+        return []
+    base, steps = plan.baseline, screen["steps"]
+    lines = [
+        "",
+        f"## The tuning seed at the chosen rates (seed {screen['seed']}, {steps:,} steps): a one-seed screen",
+        "",
+        "Each arm's sweep run at the rate its final validation loss chose: a tuned comparison of one seed, whose rates "
+        "were chosen on these very runs. A screen, never a reported number. An arm whose sweep is not finished (its "
+        "best rate at an edge, a run still to come) shows its best so far, which more tuning can only lower.",
+        "",
+        f"| arm | lr | sweep | final val loss | - {base} | final test loss | - {base} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        sweep = r["sweep"] + (f": {', '.join(format_lr(x) for x in r['next'])} next" if r.get("next") else "")
+        val, test = _f4(r.get("val_loss_diff"), "+.4f"), _f4(r.get("test_loss_diff"), "+.4f")
+        lines.append(f"| {label} | {format_lr(r['lr'])} | {sweep} | {_f4(r['val_loss'])} | {val} | "
+                     f"{_f4(r['test_loss'])} | {test} |")  # fmt: skip
+    lines += [""] + [f"- {r['words']}" for label, r in rows.items() if r.get("words")]
+    return lines
+
+
+def _lead(plan: Plan, lead: dict[str, Any], power: dict[str, Any]) -> list[str]:
+    """Each arm against the baseline along the largest budget's runs, seed by seed, and what the seeds detect."""
+    lines: list[str] = []
+    for label, e in lead.items():
+        if not e["mean"]:
+            continue
+        seeds = sorted(e["seeds"])
+        if not lines:
+            lines += [
+                "",
+                f"## Where the lead comes from ({format_tokens(plan.budgets[-1])} tokens, validation loss)",
+                "",
+            ]
+        lines += [
+            f"- {e['words']} (mean over {len(seeds)} seed{'s' if len(seeds) > 1 else ''})",
+            "",
+            f"| step | share of the run | {plan.baseline} | {label} | difference | "
+            + " | ".join(f"seed {s}" for s in seeds)
+            + " |",
+            "|---|---|---|---|---|" + "---|" * len(seeds),
+        ]
+        for p in e["mean"]:
+            per = [next(q["diff"] for q in e["seeds"][s] if q["step"] == p["step"]) for s in seeds]
+            cells = [
+                f"{p['step']:,}",
+                f"{p['fraction']:.0%}",
+                f"{p['base']:.4f}",
+                f"{p['arm']:.4f}",
+                f"{p['diff']:+.4f}",
+            ]
+            lines.append("| " + " | ".join(cells + [f"{d:+.4f}" for d in per]) + " |")
+        lines.append("")
+    if power:
+        from angpt.study.comparison.lead import power_text
+
+        lines += ["", "## What the seeds can detect", ""] + [f"- {power_text(k, v)}" for k, v in power.items()]
+    return lines
+
+
+def _f4(x: Any, fmt: str = ".4f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
 def _plots(plan: Plan, plots: dict[str, Path]) -> list[str]:
     if not plots:
         return []
@@ -394,8 +473,7 @@ def _how_to_read(swept: bool, smoke: bool) -> list[str]:
     ]
     if not smoke:
         lines.append(
-            "- Small models, few seeds and short budgets make this a smoke test, not evidence: differences of a few "
-            f"percent at small scale {AT_SCALE}."
+            f"- The horizon is met here, at this scale only: differences of a few percent at small scale {AT_SCALE}."
         )
     lines += [
         "- Every run's metrics: runs/<arm>/<budget>/seed<seed>/lr<lr>/metrics.jsonl; all numbers: report.json.",

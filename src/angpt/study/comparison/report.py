@@ -37,7 +37,7 @@ def write_report(
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse and write report.json, report.md and the plots. Returns (the report dict, the files written).
 
-    `horizon` is :meth:`angpt.study.comparison.horizon.Horizon.to_dict` (a short one labels the report a smoke test);
+    `horizon` is :meth:`angpt.study.comparison.horizon.Horizons.to_dict` (a comparison short of it is a smoke test);
     `jobs_measurement` what ``--jobs auto`` measured, if it ran. With `sample` (a prompt), report.md ends with
     each arm's continuation of it (compare/samples.py). `partial` (see :func:`write_stored_report`) labels the
     report PARTIAL and lists every planned run; `machine` replaces this machine's description (the runs' own,
@@ -50,11 +50,14 @@ def write_report(
     for label, entry in arms.items():  # before the warnings: a flagged LR check is one
         entry["lr_check"] = lr_check(plan, sweeps, label, lambda spec: records.get(spec.key()))
     family = correct_for_multiplicity(plan, arms)  # before the verdicts: "established" needs the adjusted p
+    from angpt.study.comparison.lead import lead, power, tuning_screen
+
     try:
         meta = load_meta(plan.data)
     except Exception:  # the dataset may have moved since the runs; the report stands without its summary
         meta = None
-    smoke = bool(horizon and horizon.get("short"))
+    from angpt.study.comparison.horizon import short_comparison
+
     report: dict[str, Any] = {
         "command": command,
         "rewritten_by": rewritten_by,
@@ -64,13 +67,18 @@ def write_report(
         "threads": threads,
         "jobs_measurement": jobs_measurement,
         "plan": plan.to_dict(),
-        "dataset": dataset_summary(meta),
+        "dataset": dataset_summary(meta) or _fingerprinted(plan),
         "horizon": horizon,
         "baseline": plan.baseline,
         "stat": plan.stat,
         "arms": arms,
         "multiple_comparisons": family,
-        "verdicts": [verdict(plan, lab, e, smoke) for lab, e in arms.items() if lab != plan.baseline],
+        "tuning_screen": tuning_screen(plan, report_dir, sweeps),
+        "lead": lead(plan, report_dir, sweeps, records),
+        "power": power(plan, arms),
+        "verdicts": [
+            verdict(plan, lab, e, short_comparison(horizon, lab)) for lab, e in arms.items() if lab != plan.baseline
+        ],
         "warnings": warnings(plan, arms, meta, horizon),
     }
     dtypes = sorted({r["dtype"] for r in records.values() if r.get("dtype")})
@@ -86,7 +94,7 @@ def write_report(
         sample = None
     if sample is not None:
         report["samples"] = {"prompt": sample, "text": sample_arms(plan, report_dir, sweeps, sample, sample_tokens)}
-    plots, plot_warnings = write_plots(plan, runs, arms, report_dir)
+    plots, plot_warnings = write_plots(plan, runs, arms, report_dir, report)
     report["warnings"] += plot_warnings
     report["plots"] = {k: p.name for k, p in plots.items()}
     files = {"report.json": report_dir / "report.json", "report.md": report_dir / "report.md", **plots}
@@ -119,3 +127,16 @@ def write_stored_report(
         }
     report, files = write_report(stored.plan, report_dir, stored.sweeps, stored.records, partial=partial, **kw)
     return report, files, stored
+
+
+def _fingerprinted(plan: Plan) -> dict[str, Any]:
+    """What the plan's data fingerprint says of its dataset, where the dataset is not here (runs made elsewhere)."""
+    fp = plan.data_fingerprint or {}
+    tokens = fp.get("tokens") or {k: v.get("tokens") for k, v in (fp.get("splits") or {}).items()}
+    docs = fp.get("documents") or {k: v.get("documents") for k, v in (fp.get("splits") or {}).items()}
+    if not tokens:
+        return {}
+    out = {"tokenizer": fp.get("tokenizer"), "vocab_size": fp.get("vocab_size"), "source": fp.get("source")}
+    for split in ("train", "val", "test"):
+        out |= {f"{split}_tokens": tokens.get(split), f"{split}_documents": docs.get(split)}
+    return out

@@ -57,7 +57,7 @@ class Comparison:
         return self._jobs, self._threads
 
     def check_horizon(self) -> None:
-        if self.horizon.short and self.strict:
+        if self.horizon.any_short and self.strict:
             raise UserError(f"--strict: {self.horizon.message}")
 
     def check(self, out: Path) -> None:
@@ -89,7 +89,7 @@ class Comparison:
         from angpt.study.comparison.estimate import long_plan_warning
         from angpt.study.store import JOBS_FILE, write_json
 
-        if self.horizon.short:
+        if self.horizon.any_short:
             print(f"warning: {self.horizon.message}", file=sys.stderr)
         long = long_plan_warning(self.plan, out)
         if long:
@@ -132,7 +132,7 @@ def run_comparison(
     sample: str | None = None,
     sample_tokens: int = 80,
     before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
-    slurm: Any = None,
+    executor: Any = None,
 ) -> Report:
     """Run (or resume, or extend) a comparison and write its report into `report_dir`.
 
@@ -159,7 +159,9 @@ def run_comparison(
         sample_tokens=sample_tokens,
         before_main=before_main,
     )
-    return run_study(study, report_dir, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)
+    return run_study(
+        study, report_dir, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, executor=executor
+    )
 
 
 def rewrite_report(
@@ -169,10 +171,12 @@ def rewrite_report(
     command: str | None = None,
     sample: str | None = None,
     sample_tokens: int = 80,
+    machine: dict[str, Any] | None = None,
 ) -> Report:
     """Rewrite report.md, report.json and the plots of the comparison in `report_dir` from its run store, training
     nothing (``angpt compare --report-only``): complete, or PARTIAL while runs are missing (see
-    angpt.study.comparison.report.write_stored_report).
+    angpt.study.comparison.report.write_stored_report). `machine` names where the runs ran when that is not this
+    machine nor the one the earlier report names (a GPU kit's loans).
 
     The plan is the directory's plan.json; a `plan` given (the run's flags) must be that plan. The command, jobs,
     threads and machine the runs were recorded with come from the report there, if any; `command` (default: this
@@ -198,8 +202,9 @@ def rewrite_report(
     measured = _read_json(report_dir / JOBS_FILE)
     try:
         hz: dict[str, Any] | None = plan_horizon(stored_plan).to_dict()
-    except (UserError, OSError, ValueError):  # the dataset has moved since the runs
+    except (UserError, OSError, ValueError, KeyError):  # the dataset has moved since the runs
         hz = earlier.get("horizon")
+    moved = label_moved(earlier.get("horizon"), hz)
     with folder_lock(report_dir, "angpt compare"):
         data, files, stored = write_stored_report(
             report_dir,
@@ -209,7 +214,7 @@ def rewrite_report(
             threads=earlier.get("threads"),
             horizon=hz,
             jobs_measurement=measured,
-            machine=earlier.get("machine"),
+            machine=machine or earlier.get("machine"),
             rewritten_by=command if command is not None else command_line(),
             sample=sample,
             sample_tokens=sample_tokens,
@@ -218,6 +223,8 @@ def rewrite_report(
         drifted = drifted_runs(stored_plan, report_dir)
     except (UserError, OSError):  # the dataset has moved since the runs: nothing to compare against
         drifted = []
+    if moved:
+        print(f"warning: {moved}", file=sys.stderr)
     if drifted:
         print(
             f"warning: {len(drifted)} runs in {report_dir} were trained with {drifted[0][1]} (e.g. {drifted[0][0]}): "
@@ -233,6 +240,25 @@ def rewrite_report(
         files=files,
         horizon=hz,
         jobs_measurement=measured,
+    )
+
+
+def label_moved(earlier: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    """What a rewritten report's horizon says that its earlier one did not (a report judged before 2026-11-28 by the
+    largest arm's total parameters, now by each arm's non-embedding ones): None where no comparison's label moved."""
+    from angpt.study.comparison.horizon import short_comparison
+
+    if not earlier or not now or "short_comparisons" in earlier:
+        return None
+    moved = [(label, short_comparison(earlier, label)) for label in now["arms"] if label != now["baseline"]]
+    moved = [(label, was) for label, was in moved if was != short_comparison(now, label)]
+    if not moved:
+        return None
+    said = "; ".join(f"{label} against {now['baseline']}: {'smoke test' if was else 'evidence'} then, "
+                     f"{'evidence' if was else 'smoke test'} now" for label, was in moved)  # fmt: skip
+    return (
+        "the horizon's label moved: this report was judged by its largest arm's total parameters, and is now "
+        f"judged by each arm's own non-embedding parameters (docs/protocol.md#horizon): {said}"
     )
 
 

@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from angpt.study.comparison.horizon import MIN_STEPS, MIN_TOKENS_PER_PARAM
 from angpt.study.ladder.collect import LadderData, Point
 from angpt.study.ladder.fit import (
     BOUNDS,
@@ -27,7 +28,6 @@ DERIVED = {"n_exponent": lambda law: law.n_exponent, "d_exponent": lambda law: l
 EXTRAPOLATE = (1.0, 10.0, 100.0)  # compute-optimal sizes at the ladder's largest compute and beyond
 UNDETERMINED_SPREAD = 100.0  # a compute-multiplier interval wider than this factor says nothing
 SPEC_SIZES = 5  # SPEC section 8 asks for at least five sizes
-HORIZON_STEPS, HORIZON_TOKENS_PER_PARAM = 1000, 10  # docs/protocol.md#horizon
 
 
 def fit_points(
@@ -248,10 +248,10 @@ def _warnings(data: LadderData, arms: dict[str, Any]) -> list[str]:
         longest = max(finite, key=lambda p: p.D)
         steps = ladder.steps(longest.D)
         ratio = max(p.D / p.N for p in finite)
-        if steps < HORIZON_STEPS or ratio < HORIZON_TOKENS_PER_PARAM:
+        if steps < MIN_STEPS or ratio < MIN_TOKENS_PER_PARAM:
             out.append(
                 f"smoke test, not evidence: the longest run has {steps} steps and the most tokens per parameter is "
-                f"{ratio:.1f} (evidence needs >= {HORIZON_STEPS} steps and ~{HORIZON_TOKENS_PER_PARAM} tokens per "
+                f"{ratio:.1f} (evidence needs >= {MIN_STEPS} steps and ~{MIN_TOKENS_PER_PARAM:g} tokens per "
                 "parameter; docs/protocol.md#horizon)"
             )
     for row in _lr_table(data):

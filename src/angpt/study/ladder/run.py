@@ -165,7 +165,7 @@ def run_ladder(
     command: str | None = None,
     bootstrap: int = 200,
     fit_seed: int = 0,
-    slurm: Any = None,
+    executor: Any = None,
 ) -> LadderRun:
     """Run (or resume, or extend) every size's plan, then write the scaling report into `out`.
 
@@ -174,9 +174,9 @@ def run_ladder(
     (OUT/lr_check) to test the transfer. With the WSD schedule the shorter budgets branch off the longest run
     (angpt.study.ladder.wsd). An `out` holding this ladder with fewer sizes is extended: the new sizes run, the
     stored ones reuse their finished runs (check_ladder_dir says what may differ). `dry_run` prints the plan and a
-    measured time estimate of the work left, writing nothing. With `slurm` (study/slurm.py's SlurmOptions) each run
-    is a Slurm job.
+    measured time estimate of the work left, writing nothing. `executor` is where the runs go (study/flags.py's
+    executor_options: each a Slurm job, or all in this process; None: --jobs here).
     """
     command = command if command is not None else command_line()
     study = LadderStudy(ladder, command=command, bootstrap=bootstrap, fit_seed=fit_seed)
-    return run_study(study, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, slurm=slurm)
+    return run_study(study, out, jobs=jobs, threads=threads, dry_run=dry_run, progress=progress, executor=executor)

@@ -8,7 +8,7 @@ import sys
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
-from angpt.study.flags import add_executor_flags, csv, jobs_flag, numbers, plan_options, slurm_options
+from angpt.study.flags import add_executor_flags, csv, executor_options, jobs_flag, numbers, plan_options
 
 DESCRIPTION = """\
 Scaling laws per architecture: train every arm at several model sizes (one --depths dial: width = depth x
@@ -94,7 +94,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         ladder,
         args.out,
         jobs=jobs_flag(args.jobs, auto=False),
-        slurm=slurm_options(args),
+        executor=executor_options(args),
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
@@ -167,7 +167,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         study,
         args.out,
         jobs=jobs_flag(args.jobs, auto=False),
-        slurm=slurm_options(args),
+        executor=executor_options(args),
         threads=args.threads,
         dry_run=args.dry_run,
         progress=not args.quiet,
@@ -187,6 +187,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def _add_study_options(s: argparse.ArgumentParser) -> None:
     """Options shared by the ladder and the batch-size study (the compare options, the dial's shape)."""
+    from angpt.study.plan import DEFAULT_MAX_EXTENSIONS
+
     s.add_argument("--data", default=None, help="a dataset folder written by `angpt prepare`")
     s.add_argument("--out", default=None, help="the study's directory (created; re-use it to resume)")
     s.add_argument("--arms", default="gpt+,angpt", help="comma-separated arms, compare's syntax (default: %(default)s)")
@@ -206,7 +208,13 @@ def _add_study_options(s: argparse.ArgumentParser) -> None:
         help="centre LR per arm (default: the arch default of the small presets)",
     )
     s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
-    s.add_argument("--max-extensions", type=int, default=2, help="grid extensions when the best LR is at an edge")
+    s.add_argument(
+        "--max-extensions",
+        type=int,
+        default=DEFAULT_MAX_EXTENSIONS,
+        help="the most grid steps added beyond an edge while the best LR sits there (default %(default)s; "
+        "docs/protocol.md#learning-rate-grids)",
+    )
     s.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="overrides for every arm")
     s.add_argument("--eval-batches", type=int, default=20, help="validation batches per evaluation")
     s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
