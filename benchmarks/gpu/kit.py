@@ -1,7 +1,8 @@
 """The GPU evidence kit: one command that turns a short GPU loan into measured results.
 
-    bash benchmarks/gpu/run.sh OUT [--smoke] [--only env,speed,sweep,race]
+    bash benchmarks/gpu/run.sh OUT [--smoke] [--only env,speed,sweep]
     python benchmarks/gpu/kit.py --plan        # what the full run costs on one H100 (estimates, no GPU)
+    bash benchmarks/gpu/run.sh OUT --loan      # a loan: the race's next block (benchmarks/gpu/loan.py)
 
 Steps, in order; each writes OUT/results.json and re-renders OUT/report.md as it finishes, so a loan that ends
 early keeps what the earlier steps measured:
@@ -10,7 +11,6 @@ early keeps what the earlier steps measured:
   speed  step time and MFU of GPT+, nGPT, anGPT and transformers' Qwen3 side by side in one process (bench step)
   sweep  the first steps at the paper's batch (~0.5M tokens per step, context 1024, gpt2-small): loss, pre-clip
          gradient norm and per-layer residual norms after every step (angpt.bench.firststeps)
-  race   `angpt train` for each arm at its best swept rate, the same tokens in the same order, with the time left
 Sizes and budgets come from benchmarks/gpu/settings.yaml (`full`, or `smoke`: tiny shapes on the CPU).
 """
 
@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import sys
 import sysconfig
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).resolve().parent
-STEPS = ("data", "env", "speed", "sweep", "race")
+STEPS = ("data", "env", "speed", "sweep")
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -251,7 +252,7 @@ def step_speed(cfg: dict, res: Results, deadline: float) -> list[dict]:
     from angpt.bench.step import bench_step
 
     spec = cfg["speed"]
-    out: list[dict] = []
+    out: list[dict] = res.data.setdefault("speed", [])  # a second call in one loan adds to the first's record
     for shape in spec["shapes"]:
         entry = {**shape, "arms": spec["arms"]}
         if time.time() > deadline:
@@ -371,95 +372,6 @@ def step_sweep(cfg: dict, data: dict, res: Results, deadline: float) -> list[dic
     return runs
 
 
-def best_rates(sweep: list[dict]) -> dict[str, dict]:
-    """Each arm's best stable finished run of the sweep (lowest final loss), or none if it has none."""
-    best: dict[str, dict] = {}
-    for run in sweep:
-        if run.get("status") != "finished" or not run.get("stability", {}).get("stable"):
-            continue
-        if run.get("final_loss") is None:
-            continue
-        if run["arm"] not in best or run["final_loss"] < best[run["arm"]]["final_loss"]:
-            best[run["arm"]] = {"lr": run["lr"], "final_loss": run["final_loss"], "step_time": run["step_time"]}
-    return best
-
-
-def step_race(cfg: dict, data: dict, sweep: list[dict], res: Results, work: Path, deadline: float) -> dict:
-    """`angpt train` for every arm that has a stable rate, the same tokens in the same order, time split evenly."""
-    from angpt.study.arms import parse_arm
-    from angpt.train.config import load_run_config
-    from angpt.train.loop import train
-    from angpt.train.metrics import read_metrics
-
-    spec, sw = cfg["race"], cfg["sweep"]
-    best = best_rates(sweep)
-    arms, skipped = [], {}
-    for arm in spec["arms"]:
-        if arm in best:
-            arms.append((arm, best[arm]["lr"], best[arm]["step_time"], "best stable rate of the sweep"))
-        elif any(r.get("arm") == arm and r.get("status") in ("finished", "diverged", "out of time") for r in sweep):
-            skipped[arm] = "no stable finished run in the sweep"
-        elif arm in spec.get("fallback_lr", {}):
-            arms.append((arm, spec["fallback_lr"][arm], None, "not swept: the settings' fallback rate"))
-        else:
-            skipped[arm] = "not swept and no fallback rate"
-    known = [a[2] for a in arms if a[2]]
-    share = (deadline - time.time()) / max(1, len(arms))
-    race: dict[str, Any] = {"skipped": skipped, "arms": []}
-    for arm, lr, step_time, why in arms:
-        per_step = step_time or (1.3 * max(known) if known else None)
-        steps = int(share / per_step) if per_step else spec["min_steps"]
-        steps = min(steps, spec.get("max_steps", steps))
-        entry: dict[str, Any] = {"arm": arm, "lr": lr, "why": why, "steps": steps}
-        race["arms"].append(entry)
-        if steps < spec["min_steps"]:
-            entry["status"] = f"skipped: {share:.0f} s left per arm buys {steps} steps (< {spec['min_steps']})"
-            res.set("race", race)
-            continue
-        parsed = parse_arm(arm)
-        micro = sw["micro_batch"]
-        overrides = {
-            "arch": parsed.arch,
-            "preset": sw["preset"],
-            "data": data["dir"],
-            "out": str(work / "race" / parsed.slug),
-            **{f"model.{k}": v for k, v in parsed.model.items()},
-            **{f"train.{k}": v for k, v in parsed.train.items()},
-            "train.lr": lr,
-            "train.max_steps": steps,
-            "train.batch_tokens": sw["batch_tokens"],
-            "train.micro_batch": micro,
-            "train.seq_len": sw["seq_len"],
-            "train.eval_every": spec["eval_every"],
-            "train.eval_batches": spec["eval_batches"],
-            "train.log_every": 1,
-            "train.save_every": 0,
-            "train.keep_last": 1,
-            "train.dtype": cfg["dtype"],
-            "train.device": cfg["device"],
-            "train.tensorboard": False,
-            "train.progress": False,
-        }
-        t0 = time.time()
-        try:
-            result = train(load_run_config(None, overrides))
-            rows = read_metrics(result.out)
-            entry["status"] = result.status
-            entry["curve"] = [
-                {k: r[k] for k in ("step", "tokens", "loss", "val_loss", "step_time") if k in r} for r in rows
-            ]
-            entry["val_loss"] = result.val_loss
-            entry["step_time"] = result.step_time_median
-        except Exception as e:  # noqa: BLE001
-            entry["status"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
-            entry["traceback"] = traceback.format_exc(limit=4)[-1500:]
-        entry["seconds"] = round(time.time() - t0, 1)
-        if cfg["device"] == "cuda":
-            torch.cuda.empty_cache()
-        res.set("race", race)
-    return race
-
-
 # ------------------------------------------------------------------------------------------------ plan
 def measured_step_time(sw: dict, root: Path | None = None) -> tuple[float, str] | None:
     """(slowest seconds per step, where) that an earlier loan's sweep measured at this sweep's shape (preset, context,
@@ -542,8 +454,6 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
             f"{sw['micro_batch']} x {accum} | {r.needed / 1e9:.1f} | {r.step_time:.2f} | 1 x {sw['steps']} | "
             f"{sw['steps'] * r.step_time:.0f} |"
         )
-    speed_s = min(total, sp["budget_s"])
-    sweep_cap = min(sweep_s, sw["budget_s"])
     lines += [
         "",
         f"- data: ~{cfg['data']['max_tokens'] / 1e6:.0f}M tokens ({cfg['data']['tokenizer']}), budgeted ~120 s",
@@ -560,9 +470,6 @@ def plan(cfg: dict, gpu: str = "H100", mfu: float = 0.35) -> str:
             f"{step_s * sw['steps'] * len(sw['runs']):.0f} s; within {sw['budget_s']} s, {len(started)} start"
             + (f" and {names} {'is' if len(skipped) == 1 else 'are'} skipped" if skipped else " (all)")
         )
-    if "race" in cfg:
-        left = cfg["deadline_s"] - 120 - 20 - speed_s - sweep_cap
-        lines.append(f"- race: what is left of {cfg['deadline_s']} s: ~{left:.0f} s")
     return "\n".join(lines)
 
 
@@ -603,7 +510,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the earlier loans' folders (--loan; default: benchmarks/gpu-race for a GPU's loan, none for a rehearsal "
         "on the CPU, whose tiny race is not the race those loans ran)",
     )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="the race's run store (--loan; default: benchmarks/gpu-race/store for a GPU's loan, none on the CPU)",
+    )
+    p.add_argument("--take", default=None, metavar="OUT", help="--loan: a loan's OUT (runs.tar.gz) into the store")
     p.add_argument("--pieces", type=int, default=None, help="--loan: start at most this many pieces (rehearsals)")
+    p.add_argument(
+        "--deadline", type=float, default=None, metavar="SECONDS", help="--loan: the profile's deadline_s, replaced"
+    )
     p.add_argument("--json", action="store_true", help="--plan --loan: the next loan as JSON")
     p.add_argument(
         "--corpus-root",
@@ -615,14 +531,16 @@ def main(argv: list[str] | None = None) -> int:
         "--kill-after-runs",
         type=int,
         default=None,
-        help="--loan rehearsal: kill the loan (SIGKILL) as its command's limit would, when its Nth race run ends and "
-        "before it is recorded",
+        help="--loan rehearsal: kill the loan (SIGKILL) as its command's limit would, once N race runs have ended "
+        "(the runs of the race piece then running that ended are brought back)",
     )
     a = p.parse_args(argv)
     defaults = {(False, False): "full", (True, False): "smoke", (False, True): "loan", (True, True): "loan-smoke"}
     profile = a.profile or defaults[(a.smoke, a.loan)]
     cfg = load_settings(Path(a.settings), profile)
-    if a.loan or ("sweep" not in cfg and ("screen" in cfg or "race" in cfg)):  # a loan profile, however named
+    if a.deadline is not None:
+        cfg["deadline_s"] = a.deadline
+    if a.loan or a.take or "race" in cfg:  # a loan profile, however named
         return main_loan(a, profile, cfg)
     if a.plan:
         print(plan(cfg))
@@ -640,7 +558,6 @@ def main(argv: list[str] | None = None) -> int:
     deadline = res.started + cfg["deadline_s"]
     torch.backends.cuda.matmul.allow_tf32 = True  # the fp32 paths (constants, norms) as a GPU user runs them
     data = None
-    sweep: list[dict] = []
 
     def run_step(name, fn):
         t0 = time.time()
@@ -655,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             res.mark(name, "failed", time.time() - t0, f"{type(e).__name__}: {str(e)[:500]}")
             return None
 
-    need_data = any(s in only for s in ("data", "sweep", "race"))
+    need_data = any(s in only for s in ("data", "sweep"))
     if need_data:
         data = run_step("data", lambda: step_data(cfg, work, res))
         if data is not None:
@@ -668,10 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         run_step("speed", lambda: step_speed(cfg, res, time.time() + cfg["speed"]["budget_s"]))
     if "sweep" in only and data is not None:
         end = min(deadline, time.time() + cfg["sweep"]["budget_s"])
-        sweep = run_step("sweep", lambda: step_sweep(cfg, data, res, end)) or []
-    if "race" in only and data is not None:
-        end = deadline - cfg["race"]["reserve_s"]
-        run_step("race", lambda: step_race(cfg, data, sweep, res, work, end))
+        run_step("sweep", lambda: step_sweep(cfg, data, res, end))
     try:
         from report import plots
 
@@ -685,26 +599,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
-    """`--loan`: the next block of the race (benchmarks/gpu/loan.py), or with --plan what it would be."""
-    import loan
-    import race_report
-    from corpus import prepare_race_data
-    from race import ArmRunner
+    """`--loan`: the race's next block (benchmarks/gpu/loan.py), or with --plan what it would be, or with --take a
+    loan's runs into the race's store."""
+    import loan as race
 
-    if cfg.get("device") == "cuda" and hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
-        # a compiled forward past Dynamo's recompile limit would run eagerly without a word and be timed as compiled
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-    root = Path(a.race_root) if a.race_root else (HERE.parent / "gpu-race" if cfg.get("device") == "cuda" else None)
-    try:
-        loans = race_report.load_loans(root) if root is not None and root.is_dir() else []
-        # this loan's race settings against the earlier loans': a race does not change its settings midway
-        this = {"loan": race_report.THIS, "settings": cfg, "pieces": [{"stage": "tune", "runs": [{}]}]}
-        race_report.check_settings([*loans, this] if "race" in cfg else loans)
-    except (race_report.RaceError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    store = Path(a.store) if a.store else (race.STORE if cfg.get("device") == "cuda" else None)
+    root = Path(a.race_root) if a.race_root else (race.LOANS if cfg.get("device") == "cuda" else None)
+    loans = race.load_loans(root) if root is not None and root.is_dir() else []
+    if a.take:
+        return take(Path(a.take), cfg, store, root)
     if a.plan:
-        print(json.dumps(loan.plan_json(cfg, loans), indent=1) if a.json else loan.describe(cfg, loans))
+        if store is None or not (store / "plan.json").is_file():
+            print(f"error: no race store at {store}: --plan reads one (--store DIR)", file=sys.stderr)
+            return 2
+        got = race.simulate(cfg, store, loans, race.store_records(store))
+        print(json.dumps(got, indent=1) if a.json else race.describe(got))
         return 0
     if not a.out:
         print("error: OUT is required (except with --plan)", file=sys.stderr)
@@ -712,66 +621,180 @@ def main_loan(a: argparse.Namespace, profile: str, cfg: dict) -> int:
     if cfg["device"] == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device here; rehearse with --loan --smoke on a CPU", file=sys.stderr)
         return 2
+    if cfg.get("device") == "cuda" and hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        # a compiled forward past Dynamo's recompile limit would run eagerly without a word and be timed as compiled
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     out, work, res = open_output(a, profile, cfg)
-    dev = torch.device(cfg["device"])
-    res.set("versions", versions(dev))
+    res.set("versions", versions(torch.device(cfg["device"])))
     res.set("earlier_loans", [x["loan"] for x in loans])
     torch.backends.cuda.matmul.allow_tf32 = True
-    deadline = res.started + cfg["deadline_s"]
+    clock = time.time
+    loan = race.Loan(cfg, deadline=res.started + cfg["deadline_s"], clock=clock)
     t0 = time.time()
     res.set("env", step_env(cfg))
     res.mark("env", "done", time.time() - t0)
-    runners: dict[str, ArmRunner] = {}  # each arm's model, built and compiled once in this loan
-    finished: list = []
+    here = work / "store"  # the race's store, copied: the loan adds to it; OUT/runs.tar.gz brings its runs back
+    shutil.rmtree(here, ignore_errors=True)
+    if store is not None and store.is_dir():
+        shutil.copytree(store, here, ignore=shutil.ignore_patterns("*.png", "report.*"))
+    before = {p.parent for p in here.glob("runs/**/result.json")}
+    state: dict[str, Any] = {}
 
-    def speed(shapes: list[dict]) -> None:
-        spec = {**cfg, "speed": {**cfg["speed"], "shapes": shapes}}
-        step_speed(spec, res, time.time() + cfg["speed"]["budget_s"])
-        runners.clear()  # bench_step resets Dynamo: the race's arms build and compile again
+    def make_data() -> None:
+        from corpus import prepare_race_data
 
-    def make_data(train_tokens: int) -> dict:
-        spec = {**cfg["corpus"], "train_tokens": train_tokens}
         roots = [("corpus-root", Path(a.corpus_root).resolve())] if a.corpus_root else None
-        data = prepare_race_data(spec, work, cfg.get("workers", os.cpu_count() or 1), roots=roots)
-        # the image's files against earlier loans' (a corpus cut smaller for a screen is the same image)
-        earlier = {x["loan"]: (x.get("data") or {}).get("image_fingerprint") for x in loans if x.get("data")}
-        data["same_image_as"] = sorted(k for k, v in earlier.items() if v == data["image_fingerprint"])
-        data["other_image_than"] = sorted(k for k, v in earlier.items() if v and v != data["image_fingerprint"])
-        return data
+        data = prepare_race_data(cfg["corpus"], work, cfg.get("workers", os.cpu_count() or 1), roots=roots)
+        state["data"], state["fingerprint"] = data, race.data_fingerprint(data, cfg["corpus"]["tokenizer"])
+        res.set("data", data)
+        res.mark("data", "done", data["seconds"])
+        stored = (here / "plan.json").is_file() and json.loads((here / "plan.json").read_text())
+        if stored and stored.get("data_fingerprint") != state["fingerprint"]:  # another image: other tokens
+            there = stored["data_fingerprint"].get("digest")
+            res.set("store_note", f"this machine's corpus ({state['fingerprint']['digest']}) is not the store's "
+                                  f"({there}): the race starts again in a store of its own")  # fmt: skip
+            shutil.rmtree(here)
 
-    def race_run(data: dict, run, end: float) -> dict:
-        if run.arm not in runners:  # the loan's first arm resets Dynamo; later arms keep the earlier arms' graphs
-            runners[run.arm] = ArmRunner(run.arm, cfg["race"], cfg, data, fresh_compile=not runners)
-        got = runners[run.arm].run(run, deadline=end, check_every=int(cfg["race"].get("check_every", 10)))
-        if cfg["device"] == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        finished.append(run)
-        if a.kill_after_runs is not None and len(finished) >= a.kill_after_runs:
-            # a rehearsal of the command's limit: results.json holds what the runs before this one wrote
-            res.write()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return got
+    plans: dict[tuple, Any] = {}
 
-    def screen_run(data: dict, run, end: float) -> dict:
-        runners.clear()  # first_steps resets Dynamo: the race's arms build and compile again after it
-        return sweep_one(cfg, cfg["screen"], data, run.arm, run.lr, run.seed, end)
+    def plan_for(arms: list[str], seeds: list[int]):
+        key = (tuple(arms), tuple(seeds))
+        if key not in plans:
+            plans[key] = race.race_plan(cfg, state["data"]["dir"], state["fingerprint"], arms, seeds)
+        return plans[key]
 
-    print(loan.describe(cfg, loans), flush=True)
-    loan.run_loan(
-        cfg,
-        loans,
-        res,
-        deadline,
-        make_data=make_data,
-        speed=speed,
-        screen_run=screen_run,
-        race_run=race_run,
-        max_pieces=a.pieces,
-    )
+    def known(spec):
+        from angpt.study.store import load_record
+
+        race_cfg = cfg["race"]
+        plan = plan_for([*race_cfg["arms"], *race_cfg.get("extra_arms", [])], race_cfg["seeds"])
+        return load_record(spec.run_dir(plan, here), plan.steps(spec.budget))
+
+    def brought_back(spec=None, record=None) -> None:
+        """Each run's folder packed as it ends: a loan cut by its command's limit brings back every run it ended."""
+        runs = bundle(here, before, out / "runs.tar.gz")
+        if spec is not None:
+            peak = 1e12 * float((res.data.get("env") or {}).get("datasheet_bf16_tflops") or 0) or None
+            row = race_run_times(cfg, spec, record, costs.flops(spec.arm), peak)
+            res.data.setdefault("race_runs", []).append(row)
+        res.set("runs", runs)
+        if a.kill_after_runs is not None and len(runs) >= a.kill_after_runs:
+            os.kill(os.getpid(), signal.SIGKILL)  # a rehearsal of the command's limit
+
+    def race_piece(plan, ex) -> None:
+        from angpt.errors import DeadlineReached
+        from angpt.study.comparison.run import run_comparison
+
+        ex.after = brought_back
+        with contextlib.suppress(DeadlineReached):
+            run_comparison(plan, here, executor=ex, progress=False, command="benchmarks/gpu/kit.py --loan")
+
+    def screen_piece(run) -> dict:
+        data = state["data"]
+        got = sweep_one(cfg, cfg["screen"], data, run.arm, run.lr, run.seed, loan.deadline - race.RESERVE_S)
+        return {"runs": [got]}
+
+    def speed_piece(shape: dict) -> dict:
+        step_speed({**cfg, "speed": {**cfg["speed"], "shapes": [shape]}}, res, time.time() + cfg["speed"]["budget_s"])
+        return {"speed": res.data["speed"][-1]}
+
+    def publish() -> None:
+        res.set("pieces", loan.record)
+
+    make_data()
+    if not (here / "plan.json").is_file():  # a new race (or a new image's): its plan, for the estimates to read
+        from angpt.study.store import write_json
+
+        here.mkdir(parents=True, exist_ok=True)
+        first = cfg["race"]["seeds"][: cfg["race"]["seeds_before_screen"]]
+        write_json(here / "plan.json", plan_for(cfg["race"]["arms"], first).to_dict())
+    costs = race.Costs(cfg, loans, race.store_records(here))
+    res.set("plan", race.describe(race.simulate(cfg, here, loans, race.store_records(here), later=0)))
+    print(res.data["plan"], flush=True)
+    race.run_loan(loan, costs, plan_for, known, loans, race=race_piece, screen=screen_piece, speed=speed_piece,
+                  make_data=lambda: None, publish=publish, max_pieces=a.pieces)  # fmt: skip
+    res.set("runs", bundle(here, before, out / "runs.tar.gz"))
     res.write()
     print(f"[{res.elapsed():6.0f} s] loan finished: {out / 'report.md'}", flush=True)
-    failed = [x["key"] for x in res.data.get("pieces", []) if str(x.get("status", "")).startswith("failed")]
-    return 1 if failed else 0
+    return 0
+
+
+def race_run_times(cfg: dict, spec, record: dict, flops_per_token: float, peak: float | None) -> dict:
+    """What the loan's own report keeps of a race run: its times and MFU against the datasheet's `peak` (its losses
+    and verdicts are the race report's)."""
+    step = record.get("step_time_median")
+    out = {"name": spec.name(), "status": record.get("status"), "step_time": step, "wall_s": record.get("wall_s"),
+           "first_step_s": record.get("first_step_s"), "model_reused": record.get("model_reused")}  # fmt: skip
+    if step and peak:
+        out["mfu_datasheet"] = round(flops_per_token * cfg["race"]["batch_tokens"] / step / peak, 4)
+    return out
+
+
+def bundle(store: Path, before: set[Path], path: Path) -> list[str]:
+    """The store's run folders this loan added (each run's result, metrics and config; no checkpoint), with the plan,
+    as one tar.gz at `path` (what a loan brings back: at most 8 files); returns their names."""
+    import tarfile
+
+    new = sorted(p.parent for p in store.glob("runs/**/result.json") if p.parent not in before)
+    tmp = path.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for folder in new:
+            for f in sorted(folder.iterdir()):
+                if f.is_file() and f.suffix != ".png":  # the loss curve: the report draws its own
+                    tar.add(f, arcname=str(f.relative_to(store)))
+        if (store / "plan.json").is_file():
+            tar.add(store / "plan.json", arcname="plan.json")
+    tmp.replace(path)
+    return [str(p.relative_to(store)) for p in new]
+
+
+def take(out: Path, cfg: dict, store: Path | None, root: Path | None) -> int:
+    """`--take OUT`: a loan's runs (OUT/runs.tar.gz) into the race's store, never over a run it holds; its record
+    (results.json, report.md, kit.log) into ROOT/<date>-<gpu>/; then the race's report, written by the study engine
+    from the store (loan.write_race_report)."""
+    import tarfile
+
+    import loan as race
+
+    if store is None or root is None:
+        print("error: --take needs --store and --race-root (or a cuda profile's defaults)", file=sys.stderr)
+        return 2
+    record = out / "results.json"
+    if not record.is_file() or not (out / "runs.tar.gz").is_file():
+        print(f"error: {out} holds no loan (results.json and runs.tar.gz)", file=sys.stderr)
+        return 2
+    d = json.loads(record.read_text())
+    gpu = str((d.get("env") or {}).get("gpu") or d.get("device") or "cpu").split()[-1]
+    folder = root / f"{d['started'][:10]}-{gpu}"
+    if folder.exists():
+        print(f"error: {folder} exists: the loan was taken already (another of that day: rename it)", file=sys.stderr)
+        return 2
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        unsafe = [m.name for m in members if m.name.startswith("/") or ".." in Path(m.name).parts]
+        if unsafe or not all(m.name == "plan.json" or m.name.startswith("runs/") for m in members):
+            print(f"error: {out / 'runs.tar.gz'} holds files outside a store's runs: nothing taken", file=sys.stderr)
+            return 2
+        plan = json.loads(tar.extractfile("plan.json").read()) if "plan.json" in tar.getnames() else {}
+        mine = (plan.get("data_fingerprint") or {}).get("digest")
+        if (store / "plan.json").is_file() and race.store_digest(store) != mine:  # another image: its own store
+            store = store.parent / f"store-{mine}"
+        members = [m for m in members if m.name != "plan.json"]
+        clash = [m.name for m in members if m.name.endswith("result.json") and (store / m.name).is_file()]
+        if clash:
+            print(f"error: the store holds {clash[0]} already: nothing taken", file=sys.stderr)
+            return 2
+        store.mkdir(parents=True, exist_ok=True)
+        for m in members:
+            tar.extract(m, store)
+        if not (store / "plan.json").is_file():
+            tar.extract("plan.json", store)
+    folder.mkdir(parents=True)
+    for name in ("results.json", "report.md", "kit.log"):
+        if (out / name).is_file():
+            shutil.copy(out / name, folder / name)
+    print(race.write_race_report(cfg, store))
+    return 0
 
 
 if __name__ == "__main__":

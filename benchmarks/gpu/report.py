@@ -39,7 +39,7 @@ def render(d: dict) -> str:
             out += [*_env(d.get("env")), *_speed(d.get("speed"), d.get("env"))]
         return "\n".join(out) + "\n"
     out += ["", *_data(d.get("data")), *_env(d.get("env")), *_speed(d.get("speed"), d.get("env"))]
-    out += [*_sweep(d.get("sweep"), _train_tokens(d)), *_race(d.get("race"))]
+    out += [*_sweep(d.get("sweep"), _train_tokens(d))]
     return "\n".join(out) + "\n"
 
 
@@ -75,42 +75,43 @@ def _versions(v: dict | None) -> list[str]:
 
 
 def _pieces(d: dict) -> list[str]:
-    """The loan's pieces (issue 37's plan): what ran, what waits, and each run's figures."""
-    out = ["## This loan's pieces of the plan", ""]
-    for note in (d.get("plan") or {}).get("notes", []):
-        out += [f"- note: {note}", ""]
+    """The loan's pieces (benchmarks/gpu/loan.py): what it planned, what ran and what waits, and each run's time. The
+    race's numbers are the study engine's report of the store (benchmarks/gpu-race/store/report.md), not here."""
+    out = ["## This loan", ""]
+    if isinstance(d.get("plan"), str):
+        out += ["What it planned to run, on the estimates:", "", "```", d["plan"], "```", ""]
+    if d.get("store_note"):
+        out += [f"- **{d['store_note']}**", ""]
     pieces = d.get("pieces") or []
     if not pieces:
-        return [*out, "none started yet", ""]
-    out += ["| piece | status | seconds (estimate) |", "|---|---|---|"]
+        return [*out, "no piece started yet", ""]
+    out += ["| piece | runs started | left unstarted | seconds | status |", "|---|---|---|---|---|"]
     for p in pieces:
-        out.append(f"| {p['key']} | {_live(p['status'])} | {_f(p.get('seconds'), '.0f')} ({_f(p.get('estimate_s'))}) |")
-    if d.get("waiting"):
-        out += ["", f"Left for the next loans: {len(d['waiting'])} piece(s), the first {d['waiting'][0]}."]
-    screen = [r for p in pieces if p["stage"] == "screen" for r in p.get("runs", [])]
+        started, skipped = p.get("started"), p.get("skipped")
+        out.append(f"| {p['key']} | {len(started) if started is not None else '-'} | "
+                   f"{len(skipped) if skipped is not None else '-'} | {_f(p.get('seconds'), '.0f')} | "
+                   f"{_live(p.get('status', 'done'))} |")  # fmt: skip
+    screen = [r for p in pieces if p.get("kind") == "screen" for r in p.get("runs", [])]
     if screen:
         title = "### The deviation screen (each deviation taken back alone, at the paper's batch)"
         out += ["", *_sweep(screen, _train_tokens(d), title)]
-    race = [(p["stage"], r) for p in pieces if p["stage"] in ("tune", "seed") for r in p.get("runs", [])]
-    if race:
+    runs = d.get("race_runs") or []
+    if runs:
         out += [
             "",
-            "### Race runs (tune: on the tuning seed, selection by validation loss; seed: reported, test loss)",
+            "### The race's runs in this loan (their losses and verdicts: the race's report)",
             "",
-            "MFU over the datasheet's dense bf16 peak; epochs: how often the run read the training data; first "
-            "window: what the first steps took beyond their share (an arm's compiling, on its first run of the loan).",
+            "MFU over the datasheet's dense bf16 peak; first step: what the run's first step took beyond a step (an "
+            "arm's compiling, on its first run of the loan).",
             "",
-            "| stage | arm | lr | seed | steps | status | final val loss | final test loss | s/step | MFU | epochs "
-            "| first window | seconds |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| run | status | s/step | MFU | first step | seconds |",
+            "|---|---|---|---|---|---|",
         ]
-        for stage, r in race:
-            out.append(
-                f"| {stage} | {r['arm']} | {r['lr']:g} | {r['seed']} | {r['steps']} | {_live(r.get('status'))} | "
-                f"{_f(r.get('val_loss'))} | {_f(r.get('test_loss'))} | {_f(r.get('step_time'), '.3g')} | "
-                f"{_f(r.get('mfu_datasheet'), '.1%')} | {_f(r.get('epochs'), '.2f')} | "
-                f"{_f(r.get('first_window_extra_s'), '.1f')} | {_f(r.get('seconds'), '.0f')} |"
-            )
+        for r in runs:
+            extra = None if r.get("model_reused") or not r.get("first_step_s") else r["first_step_s"] - r["step_time"]
+            cells = [r["name"], r.get("status"), _f(r.get("step_time"), ".3g"), _f(r.get("mfu_datasheet"), ".1%"),
+                     _f(extra, ".1f"), _f(r.get("wall_s"), ".0f")]  # fmt: skip
+            out.append("| " + " | ".join(map(str, cells)) + " |")
     return [*out, ""]
 
 
@@ -293,27 +294,8 @@ def _steps(steps: list[int]) -> str:
     return ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
 
 
-def _race(race: dict | None) -> list[str]:
-    out = ["## 4. Race (same tokens, same order; each arm at its best stable rate of step 3)", ""]
-    if not race:
-        return [*out, "not reached", ""]
-    for arm, why in race.get("skipped", {}).items():
-        out.append(f"- {arm}: not raced ({why})")
-    out += [
-        "",
-        "| arm | lr | why this rate | status | steps | final val loss | s/step |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for a in race.get("arms", []):
-        out.append(
-            f"| {a['arm']} | {a['lr']:g} | {a['why']} | {a.get('status')} | {a['steps']} | "
-            f"{_f(a.get('val_loss'))} | {_f(a.get('step_time'), '.3g')} |"
-        )
-    return [*out, "", "A few hundred steps at most: a smoke test of training speed, not evidence.", ""]
-
-
 def plots(d: dict, out: Path) -> list[str]:
-    """sweep.png (loss and max residual norm per step) and race.png (val loss against tokens and time)."""
+    """sweep.png: loss and max residual norm per step of the first-steps sweep."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -337,24 +319,4 @@ def plots(d: dict, out: Path) -> list[str]:
         fig.savefig(out / "sweep.png", dpi=110)
         plt.close(fig)
         written.append("sweep.png")
-    race = [a for a in (d.get("race") or {}).get("arms", []) if a.get("curve")]
-    if race:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-        for a in race:
-            wall, pts = 0.0, []
-            for r in a["curve"]:
-                wall += r.get("step_time", 0.0)
-                if "val_loss" in r:
-                    pts.append((r["tokens"], wall, r["val_loss"]))
-            if pts:
-                label = f"{a['arm']} @ {a['lr']:g}"
-                ax1.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
-                ax2.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=label)
-        ax1.set(xlabel="tokens", ylabel="validation loss", title="against tokens")
-        ax2.set(xlabel="training seconds (sum of step times)", ylabel="validation loss", title="against time")
-        ax1.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "race.png", dpi=110)
-        plt.close(fig)
-        written.append("race.png")
     return written
