@@ -60,6 +60,40 @@ def lr_values(text: str | None) -> dict[str, list[float]]:
     return out
 
 
+def add_plan_flags(s: argparse.ArgumentParser, *, lr_default: str) -> None:
+    """The flags of the PlanOptions every plan of a study shares (read back by :func:`plan_options`), but the preset
+    and the batch, which each kind words its own way; `lr_default` says where a centre rate comes from."""
+    from angpt.study.plan import DEFAULT_LR_GRID, DEFAULT_MAX_EXTENSIONS
+
+    s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
+    s.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (default: <= 16)")
+    s.add_argument(
+        "--lr-grid",
+        default=",".join(f"{m:g}" for m in DEFAULT_LR_GRID),
+        help="LR multipliers around each arm's centre LR (default: %(default)s; '1' = no sweep)",
+    )
+    s.add_argument("--lr", default=None, metavar="ARM=LR,...", help=f"centre LR per arm (default: {lr_default})")
+    s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
+    s.add_argument(
+        "--max-extensions",
+        type=int,
+        default=DEFAULT_MAX_EXTENSIONS,
+        help="the most grid steps added beyond an edge while the best LR sits there (default %(default)s; "
+        "docs/protocol.md#learning-rate-grids)",
+    )
+    s.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        metavar="KEY=VALUE",
+        help="overrides for every arm: model.KEY=V (or KEY=V) and train.KEY=V (weight_decay, warmup_steps, ...)",
+    )
+    s.add_argument("--eval-batches", type=int, default=20, help="validation batches per evaluation")
+    s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
+    s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
+    s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+
+
 def plan_options(args: argparse.Namespace, **fixed) -> PlanOptions:
     """The options every plan of a study shares, from its flags, with `fixed` over them (a comparison's batch; a
     ladder and a batch-size study set theirs per plan). A device this machine lacks fails here, not in every run."""

@@ -129,8 +129,7 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
-    from angpt.study.flags import add_executor_flags
-    from angpt.study.plan import DEFAULT_MAX_EXTENSIONS
+    from angpt.study.flags import add_executor_flags, add_plan_flags
 
     s = subparsers.add_parser(
         "compare",
@@ -162,35 +161,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     )
     s.add_argument("--preset", default="demo", help="model shape preset (default: %(default)s)")
     s.add_argument("--batch-tokens", default="16384", help="tokens per optimizer step, every arm (default 16384)")
-    s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
-    s.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (default: <= 16)")
-    s.add_argument(
-        "--lr-grid",
-        default=",".join(f"{m:g}" for m in (0.25, 0.5, 1, 2, 4)),
-        help="LR multipliers around each arm's centre LR (default: %(default)s; '1' = no sweep)",
-    )
-    s.add_argument(
-        "--lr", default=None, metavar="ARM=LR,...", help="centre LR per arm (default: the arch default at --preset)"
-    )
-    s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
-    s.add_argument(
-        "--max-extensions",
-        type=int,
-        default=DEFAULT_MAX_EXTENSIONS,
-        help="the most grid steps added beyond an edge while the best LR sits there (default %(default)s; "
-        "docs/protocol.md#learning-rate-grids)",
-    )
-    s.add_argument(
-        "--set",
-        nargs="+",
-        action="extend",
-        metavar="KEY=VALUE",
-        help="overrides for every arm: model.KEY=V (or KEY=V) and train.KEY=V (weight_decay, warmup_steps, ...)",
-    )
-    s.add_argument("--eval-batches", type=int, default=20, help="validation batches per evaluation")
-    s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
-    s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
-    s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    add_plan_flags(s, lr_default="the arch default at --preset")
     s.add_argument(
         "--retune",
         default=None,

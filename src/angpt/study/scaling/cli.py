@@ -8,7 +8,15 @@ import sys
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
-from angpt.study.flags import add_executor_flags, csv, executor_options, jobs_flag, numbers, plan_options
+from angpt.study.flags import (
+    add_executor_flags,
+    add_plan_flags,
+    csv,
+    executor_options,
+    jobs_flag,
+    numbers,
+    plan_options,
+)
 
 DESCRIPTION = """\
 Scaling laws per architecture: train every arm at several model sizes (one --depths dial: width = depth x
@@ -187,8 +195,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def _add_study_options(s: argparse.ArgumentParser) -> None:
     """Options shared by the ladder and the batch-size study (the compare options, the dial's shape)."""
-    from angpt.study.plan import DEFAULT_MAX_EXTENSIONS
-
     s.add_argument("--data", default=None, help="a dataset folder written by `angpt prepare`")
     s.add_argument("--out", default=None, help="the study's directory (created; re-use it to resume)")
     s.add_argument("--arms", default="gpt+,angpt", help="comma-separated arms, compare's syntax (default: %(default)s)")
@@ -198,28 +204,7 @@ def _add_study_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--ffn-mult", type=float, default=None, help="d_ff = mult x width (default: the model's 4x)")
     s.add_argument("--seeds", default="0", help="comma-separated seeds (init and data order)")
     s.add_argument("--preset", default="demo", help="vocabulary and context come from this preset (default demo)")
-    s.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's context)")
-    s.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (default: <= 16)")
-    s.add_argument("--lr-grid", default="0.25,0.5,1,2,4", help="LR multipliers around each arm's centre LR")
-    s.add_argument(
-        "--lr",
-        default=None,
-        metavar="ARM=LR,...",
-        help="centre LR per arm (default: the arch default of the small presets)",
-    )
-    s.add_argument("--lr-values", default=None, metavar="ARM=LR:LR:...,...", help="an explicit LR grid for some arms")
-    s.add_argument(
-        "--max-extensions",
-        type=int,
-        default=DEFAULT_MAX_EXTENSIONS,
-        help="the most grid steps added beyond an edge while the best LR sits there (default %(default)s; "
-        "docs/protocol.md#learning-rate-grids)",
-    )
-    s.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="overrides for every arm")
-    s.add_argument("--eval-batches", type=int, default=20, help="validation batches per evaluation")
-    s.add_argument("--eval-points", type=int, default=10, help="validations per run (the last at the end)")
-    s.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="compute dtype (params fp32)")
-    s.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    add_plan_flags(s, lr_default="the arch default of the small presets")
     add_executor_flags(s, auto=False)
     s.add_argument("--dry-run", action="store_true", help="print the plan and a measured time estimate, write nothing")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
