@@ -464,29 +464,32 @@ def run_loan(
         attempted.add(piece.key)
         entry: dict[str, Any] = {"kind": piece.kind, "key": piece.key, "optional": piece.optional}
         left = loan.deadline - RESERVE_S - loan.clock()
+        loan.record.append(entry)
         if piece.kind == "race":
             plan = plan_for(piece.arms, piece.seeds)
             ex = InProcess(deadline=loan.deadline - RESERVE_S, estimate=costs.estimate(plan), clock=loan.clock,
                            models=loan.models, built=loan.built)  # fmt: skip
+            entry["status"] = "running"  # what a loan killed by its limit leaves behind
+            publish()
             t0 = loan.clock()
             race(plan, ex)
             entry.update(started=[s.name() for s in ex.started], skipped=[s.name() for s in ex.skipped])
-            entry["seconds"] = round(loan.clock() - t0, 1)
+            entry.update(seconds=round(loan.clock() - t0, 1), status="done")
         else:
             need = costs.screen(piece.run) if piece.kind == "screen" else costs.speed(piece.shape)
             entry["estimate_s"] = round(need, 1)
             if need > left:
                 entry["status"] = f"waits: ~{need:.0f} s, {left:.0f} s left"
-                loan.record.append(entry)
                 publish()
                 continue
+            entry["status"] = "running"
+            publish()
             t0 = loan.clock()
             got = screen(piece.run) if piece.kind == "screen" else speed(piece.shape)
             entry.update(got or {})
-            entry["seconds"] = round(loan.clock() - t0, 1)
+            entry.update(seconds=round(loan.clock() - t0, 1), status="done")
             loan.models.models.clear()  # a screen run and a speed shape reset Dynamo: the race's arms compile again
             loan.built.clear()
-        loan.record.append(entry)
         publish()
 
 

@@ -26,7 +26,7 @@ for extra in "--deadline 40" "--kill-after-runs 2" "--deadline 600"; do
   set -e
   if [ $rc -ne 0 ] && [ $rc -ne 137 ]; then echo "loan $i failed ($rc): $work/loan$i.log" >&2; tail -20 "$work/loan$i.log" >&2; exit 1; fi
   "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); d['started']='2026-01-0$i 00:00:00'; json.dump(d, open(sys.argv[1], 'w'))" "$work/out$i/results.json"
-  "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print('loan $i (rc $rc):', '; '.join(p['key'] + ': ' + str(len(p.get('started', []))) + ' started' for p in d['pieces']))" "$work/out$i/results.json"
+  "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print('loan $i (rc $rc):', '; '.join(p['key'] + ': ' + str(len(p.get('started', []))) + ' started' for p in d.get('pieces', [])), '; runs brought back:', len(d.get('runs', [])))" "$work/out$i/results.json"
   "$py" "$here/kit.py" "${common[@]}" --take "$work/out$i" > "$work/take$i.log" 2>&1 || { cat "$work/take$i.log" >&2; exit 1; }
 done
 cat "$work/take3.log"
