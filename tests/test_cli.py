@@ -177,13 +177,19 @@ def test_prepare_doc_separator_flag(tmp_path, capsys):
     assert all(meta["splits"][s]["tokens"] > 0 for s in ("train", "val"))
 
 
-def test_version_answers_without_importing_torch():
-    """`angpt --version` took 7.6 s on a busy laptop, all of it importing torch for the parser (issue 48)."""
+def test_each_command_loads_only_its_own_code():
+    """`angpt --version` took 7.6 s on a busy laptop, all of it importing torch for the parser (issue 48); `angpt train
+    --help` imported nine study modules and torch, because every verb's parser was built (issue 54). Each command now
+    builds its own parser only: neither loads torch nor a study module, and --version is argparse's own."""
     import subprocess
     import sys
 
-    code = "import sys; from angpt.cli import main; rc = main(['--version']); print(rc, 'torch' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     from angpt import __version__
 
-    assert res.returncode == 0 and res.stdout.splitlines() == [f"angpt {__version__}", "0 False"], res.stderr
+    for argv, says in ((["--version"], f"angpt {__version__}"), (["train", "--help"], "usage: angpt train")):
+        loaded = "'torch' in sys.modules, any(m.startswith('angpt.study') for m in sys.modules)"
+        code = f"import sys\nfrom angpt.cli import main\ntry:\n    main({argv!r})\n"
+        code += f"except SystemExit as e:\n    print(e.code, {loaded})"
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        lines = res.stdout.splitlines()
+        assert res.returncode == 0 and lines[0].startswith(says) and lines[-1] == "0 False False", res.stdout[-500:]

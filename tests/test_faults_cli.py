@@ -116,7 +116,7 @@ def test_readme_command_lines_parse_as_written(line, argv, data_dir, monkeypatch
 
     monkeypatch.chdir(ROOT)
     for variant in _expand(argv):
-        args, args.extra = build_parser().parse_known_args(variant)  # as `main` does: overrides are the extras
+        args, args.extra = build_parser(variant[0]).parse_known_args(variant)  # as `main` does: overrides: extras
         if args.command == "train":
             cfg = run_config_from_args(args)
             if "--train.lr" in variant:
@@ -210,7 +210,9 @@ def _all_parsers(parser):
 
 
 def test_no_parser_matches_prefixes():
-    parsers = list(_all_parsers(build_parser()))
+    from angpt.cli import VERBS
+
+    parsers = [p for verb in VERBS for p in _all_parsers(build_parser(verb))]
     assert len(parsers) >= 9 and "compare" in {p.prog.split()[-1] for p in parsers}
     assert [p.prog for p in parsers if p.allow_abbrev] == []
 

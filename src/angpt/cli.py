@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -382,7 +383,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------------------------------------- main
-def build_parser() -> argparse.ArgumentParser:
+# Each verb: its one-line help (what `angpt --help` lists) and what adds its parser: a function here, or
+# "module:function" for a verb whose code is elsewhere (imported only when that verb runs).
+VERBS = {
+    "info": ("presets, a resolved config and its constants", "_add_info"),
+    "prepare": ("tokenise a corpus into a dataset folder", "_add_prepare"),
+    "train": ("train a model (also under torchrun)", "_add_train"),
+    "generate": ("sample from a checkpoint (KV cache, streaming)", "_add_generate"),
+    "export": ("export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", "_add_export"),
+    "import-hf": ("import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint", "_add_import_hf"),
+    "grow": ("append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits", "_add_grow"),
+    "eval": ("lm-eval tasks on a checkpoint", "_add_eval"),
+    "bench": ("side-by-side benchmarks (step: training step and folded inference)", "_add_bench"),
+    "compare": (
+        "fair multi-budget, multi-seed comparison of architectures (LR sweeps, speedup, report)",
+        "angpt.study.comparison.cli:add_compare_parser",
+    ),
+    "scaling": (
+        "scaling laws per architecture: a size x budget ladder, fits, compute-optimal sizes, batch size",
+        "angpt.study.scaling.cli:add_scaling_parser",
+    ),
+}
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The `angpt` parser: every verb named with its help line, and the whole parser of `verb` alone (None: none),
+    so that a command loads only its own code (`angpt train --help` loads no study and no torch)."""
     from angpt import __version__
 
     # allow_abbrev=False on every parser: with prefix matching `--resum auto` silently means `--resume auto`, and a
@@ -390,36 +416,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"angpt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    _add_info(sub)
-    _add_prepare(sub)
-    _add_train(sub)
-    _add_generate(sub)
-    _add_export(sub)
-    _add_import_hf(sub)
-    _add_grow(sub)
-    _add_eval(sub)
-    _add_bench(sub)
-
-    from angpt.study.comparison.cli import add_compare_parser
-    from angpt.study.scaling.cli import add_scaling_parser
-
-    add_compare_parser(sub)
-    add_scaling_parser(sub)
-    for verb in sub.choices.values():
-        _show_defaults(verb)
+    for name, (help, where) in VERBS.items():
+        if name != verb:
+            sub.add_parser(name, help=help, add_help=False, allow_abbrev=False)
+            continue
+        module, _, function = where.rpartition(":")
+        add = getattr(importlib.import_module(module), function) if module else globals()[function]
+        add(sub, help)
+        _show_defaults(sub.choices[name])
     return p
 
 
-def _add_info(sub) -> None:
-    s = sub.add_parser("info", help="presets, a resolved config and its constants", allow_abbrev=False)
+def _add_info(sub, help: str) -> None:
+    s = sub.add_parser("info", help=help, allow_abbrev=False)
     s.add_argument("--arch", default=None, help="an architecture or a variant (default angpt when --preset is given)")
     s.add_argument("--preset", default=None, help="a preset (default demo when --arch is given)")
     s.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. --set nu_att=sqrt_pos")
     s.set_defaults(func=cmd_info)
 
 
-def _add_prepare(sub) -> None:
-    s = sub.add_parser("prepare", help="tokenise a corpus into a dataset folder", allow_abbrev=False)
+def _add_prepare(sub, help: str) -> None:
+    s = sub.add_parser("prepare", help=help, allow_abbrev=False)
     s.add_argument(
         "--source",
         default="stdlib",
@@ -472,11 +489,11 @@ def _add_prepare(sub) -> None:
     s.set_defaults(func=cmd_prepare)
 
 
-def _add_train(sub) -> None:
+def _add_train(sub, help: str) -> None:
     s = sub.add_parser(
         "train",
         allow_abbrev=False,
-        help="train a model (also under torchrun)",
+        help=help,
         description="Train from a YAML recipe; any key can be overridden: --train.lr 3e-3 --model.d_model 512. "
         "--help-config lists every key with its default and meaning.",
     )
@@ -509,8 +526,8 @@ def _add_train(sub) -> None:
     s.set_defaults(func=cmd_train, accepts_extra=True)
 
 
-def _add_generate(sub) -> None:
-    s = sub.add_parser("generate", help="sample from a checkpoint (KV cache, streaming)", allow_abbrev=False)
+def _add_generate(sub, help: str) -> None:
+    s = sub.add_parser("generate", help=help, allow_abbrev=False)
     s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("--prompt", default=None, help="the prompt (default: read standard input)")
     s.add_argument(
@@ -528,8 +545,8 @@ def _add_generate(sub) -> None:
     s.set_defaults(func=cmd_generate)
 
 
-def _add_export(sub) -> None:
-    s = sub.add_parser("export", help="export a checkpoint (GPT+ as Qwen3; nGPT/anGPT folded)", allow_abbrev=False)
+def _add_export(sub, help: str) -> None:
+    s = sub.add_parser("export", help=help, allow_abbrev=False)
     s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("out", help="the export folder: new, empty, or a previous export with --overwrite")
     s.add_argument("--format", default="hf", help="hf: Hugging Face transformers (default: %(default)s)")
@@ -545,21 +562,15 @@ def _add_export(sub) -> None:
     s.set_defaults(func=cmd_export)
 
 
-def _add_import_hf(sub) -> None:
-    s = sub.add_parser(
-        "import-hf", help="import a Qwen3/Llama-shaped HF checkpoint as a GPT+/GPT checkpoint", allow_abbrev=False
-    )
+def _add_import_hf(sub, help: str) -> None:
+    s = sub.add_parser("import-hf", help=help, allow_abbrev=False)
     s.add_argument("path")
     s.add_argument("out", help="run directory to write checkpoints/step_000000 into")
     s.set_defaults(func=cmd_import_hf)
 
 
-def _add_grow(sub) -> None:
-    s = sub.add_parser(
-        "grow",
-        help="append parameter tokens to a TokenFormer checkpoint: a larger model with the same logits",
-        allow_abbrev=False,
-    )
+def _add_grow(sub, help: str) -> None:
+    s = sub.add_parser("grow", help=help, allow_abbrev=False)
     s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("out", help="the new checkpoint folder (must not exist); then: angpt train --init_from OUT")
     s.add_argument("--add-tokens", type=int, required=True, help="tokens appended to each Q, K, V, output Pattention")
@@ -571,8 +582,8 @@ def _add_grow(sub) -> None:
     s.set_defaults(func=cmd_grow)
 
 
-def _add_eval(sub) -> None:
-    s = sub.add_parser("eval", help="lm-eval tasks on a checkpoint", allow_abbrev=False)
+def _add_eval(sub, help: str) -> None:
+    s = sub.add_parser("eval", help=help, allow_abbrev=False)
     s.add_argument("checkpoint", help=RUN_HELP)
     s.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     s.add_argument("--include", default=None, help="folder of local task YAMLs (works offline; default: none)")
@@ -585,10 +596,8 @@ def _add_eval(sub) -> None:
     s.set_defaults(func=cmd_eval)
 
 
-def _add_bench(sub) -> None:
-    s = sub.add_parser(
-        "bench", help="side-by-side benchmarks (step: training step and folded inference)", allow_abbrev=False
-    )
+def _add_bench(sub, help: str) -> None:
+    s = sub.add_parser("bench", help=help, allow_abbrev=False)
     s.add_argument("what", choices=["step"])
     s.add_argument(
         "--arch",
@@ -627,12 +636,8 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before the parser: it imports torch
-        from angpt import __version__
-
-        print(f"angpt {__version__}")
-        return 0
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((a for a in given if not a.startswith("-")), None))
     args, extra = parser.parse_known_args(argv)
     args.extra = extra
     if extra and not getattr(args, "accepts_extra", False):

@@ -127,13 +127,14 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def add_compare_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `compare` verb on the `angpt` command's subparsers; returns its parser."""
+def add_compare_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
+    """Register the `compare` verb on the `angpt` command's subparsers (its one-line `help`: angpt.cli.VERBS');
+    returns its parser."""
     from angpt.study.flags import add_executor_flags, add_plan_flags
 
     s = subparsers.add_parser(
         "compare",
-        help="fair multi-budget, multi-seed comparison of architectures (LR sweeps, speedup, report)",
+        help=help,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # `--budget` must not silently mean `--budgets`

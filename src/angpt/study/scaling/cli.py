@@ -215,11 +215,12 @@ def _add_fit_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--fit-seed", type=int, default=0, help="seed of the bootstrap resampling")
 
 
-def add_scaling_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `scaling` verb (and its report / fit / batch sub-verbs); returns its parser."""
+def add_scaling_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
+    """Register the `scaling` verb (and its report / fit / batch sub-verbs; its one-line `help`: angpt.cli.VERBS');
+    returns its parser."""
     s = subparsers.add_parser(
         "scaling",
-        help="scaling laws per architecture: a size x budget ladder, fits, compute-optimal sizes, batch size",
+        help=help,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
