@@ -65,6 +65,7 @@ _STATE_TYPES: dict[str, tuple[type, ...]] = {
     "world_size": (int,),
     "compute_dtype": (str,),
     "resolved": (dict,),
+    "run": (dict,),
 }
 
 
@@ -81,15 +82,13 @@ class RunState:
     model_config: dict[str, Any]
     tokens: int = 0
     data: dict[str, Any] | None = None  # the training loader's state: where the data stream stands
-    run_config: dict[str, Any] | None = None
+    # the run's record (train/record.py: ResolvedRun.to_dict() less its model, which is model_config), what a resume
+    # compares and restarts from; a checkpoint written before 2026-11-29 keeps its pieces instead (run_config,
+    # compute_dtype, recipe, resolved: in `extra`), which train/record.py turns into one record as it reads them
+    run: dict[str, Any] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1
     data_identity: dict[str, Any] | None = None  # tokenizer hash and data fingerprint, checked on resume
-    compute_dtype: str | None = None  # "bf16" or "fp32": a run computes in one dtype for life
-    recipe: dict[str, Any] | None = (
-        None  # the optimizer recipe's values the run took (Recipe.used, as train/setup.py resolved them)
-    )
-    resolved: dict[str, Any] | None = None  # the run as train/setup.py resolved it: a resume is compared with it
     best_val_loss: float | None = None
     best_step: int | None = None
     run_id: str | None = None

@@ -117,6 +117,7 @@ def run_config_from_args(args: argparse.Namespace):
     """The run config `angpt train`'s flags describe: a resumed run's stored settings, then the recipe, then the named
     flags, then --section.key values."""
     from angpt.train.config import load_run_config, parse_overrides
+    from angpt.train.record import recipe_settings
     from angpt.train.setup import resumed_settings
 
     overrides = []
@@ -127,8 +128,10 @@ def run_config_from_args(args: argparse.Namespace):
     if args.device is not None:
         overrides.append(("train.device", args.device))
     overrides += parse_overrides(args.extra)
-    out = dict(overrides).get("out")
-    return load_run_config(args.config, overrides, base=resumed_settings(out, args.resume))
+    base = resumed_settings(dict(overrides).get("out"), args.resume) or []
+    if (recorded := recipe_settings(args.config)) is not None:  # a run's config.json as the recipe
+        return load_run_config(None, overrides, base=base + recorded)
+    return load_run_config(args.config, overrides, base=base)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -159,7 +159,7 @@ def bench_step(
                 run, DistInfo(device=dev), model=peer, reinit=False, fresh_compile=False,
                 compile_options={"dynamic": False},
             )  # fmt: skip
-            model, step, T = built.base, built.step, run.seq_len
+            model, step, T = built.base, built.step, run.train.seq_len
             infer = fold_for_inference(model).to(dev)
             infer_fn = torch.compile(infer, dynamic=False) if compile else infer
             x = torch.randint(0, model.config.vocab_size, (batch_size, T + 1), device=dev)

@@ -355,7 +355,7 @@ def tokenizer_hash(folder: str | os.PathLike, meta: dict | None = None) -> str |
     return file_sha256(file) if file.is_file() else None
 
 
-def data_identity(data_dir: str | os.PathLike, *, verify: bool = False) -> dict:
+def data_identity(data_dir: str | os.PathLike, *, verify: bool = False, meta: dict | None = None) -> dict:
     """What identifies a prepared dataset, for a resumed run to compare with what its checkpoint recorded.
 
     Returns a JSON-serialisable dict:
@@ -377,10 +377,11 @@ def data_identity(data_dir: str | os.PathLike, *, verify: bool = False) -> dict:
     file after it was prepared (bit rot, same-size replacement) is then NOT seen. ``verify=True`` re-reads every
     shard (a full read of the dataset) and raises a DataError naming any shard whose content differs from its
     recorded hash. Datasets prepared before hashes were recorded are hashed on the fly (a full read, remembered
-    per unchanged file for the process), giving the same fingerprint as if recorded.
+    per unchanged file for the process), giving the same fingerprint as if recorded. `meta`: the dataset's meta.json,
+    where the caller has read it already.
     """
     data_dir = Path(data_dir)
-    meta = load_meta(data_dir)
+    meta = meta if meta is not None else load_meta(data_dir)
     splits: dict[str, list] = {}
     tokens: dict[str, int] = {}
     for name in sorted(meta["splits"]):

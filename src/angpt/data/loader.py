@@ -35,10 +35,18 @@ from angpt.errors import DataError
 class _Windows:
     """The windows of one split: memory-mapped shards plus the window-id -> (shard, offset) mapping."""
 
-    def __init__(self, data_dir: str | os.PathLike, split: str, seq_len: int, *, allow_empty: bool = False):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        split: str,
+        seq_len: int,
+        *,
+        allow_empty: bool = False,
+        meta: dict | None = None,
+    ):
         if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
             raise DataError(f"seq_len must be a positive integer, got {seq_len!r}")
-        self.meta = load_meta(data_dir)
+        self.meta = meta if meta is not None else load_meta(data_dir)
         self.seq_len = seq_len
         self.shards = []
         vocab_size = int(self.meta["vocab_size"])
@@ -90,6 +98,7 @@ class TokenLoader:
         rank, world_size: this process's data-parallel rank and the number of ranks.
         seed: seeds the per-epoch permutations.
         shuffle: permute windows each epoch (else read them in order).
+        meta: the dataset's meta.json, where the caller has read it already.
     """
 
     def __init__(
@@ -103,6 +112,7 @@ class TokenLoader:
         world_size: int = 1,
         seed: int = 0,
         shuffle: bool = True,
+        meta: dict | None = None,
     ):
         _check_ranks(batch_size, rank, world_size)
         self.data_dir = str(data_dir)
@@ -113,7 +123,7 @@ class TokenLoader:
         self.world_size = world_size
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
-        self._windows = _Windows(data_dir, split, seq_len)
+        self._windows = _Windows(data_dir, split, seq_len, meta=meta)
         self.meta = self._windows.meta
         self.num_windows = self._windows.count
         self._position = 0  # global stream position: windows consumed by all ranks together
@@ -201,6 +211,7 @@ def iter_eval_batches(
     world_size: int = 1,
     *,
     split: str = "val",
+    meta: dict | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Deterministic evaluation batches ``(x, y)`` over ``split``, the same on every call.
 
@@ -209,10 +220,11 @@ def iter_eval_batches(
     the sample, not only its first documents). They come in global batches of ``world_size * batch_size``, rank
     ``r`` taking slice ``r``; after the full batches comes one smaller batch of ``(remaining // world_size)``
     windows per rank, so every rank yields the same number of equally shaped batches (with several ranks at most
-    ``world_size - 1`` windows are skipped). Weight losses by batch size when averaging.
+    ``world_size - 1`` windows are skipped). Weight losses by batch size when averaging. `meta`: the dataset's
+    meta.json, where the caller has read it already.
     """
     _check_ranks(batch_size, rank, world_size)
-    windows = _Windows(data_dir, split, seq_len)
+    windows = _Windows(data_dir, split, seq_len, meta=meta)
     if windows.count < world_size:  # else no rank gets a batch and a mean over nothing reads as a zero loss
         raise DataError(
             f"the {split} split of {data_dir} has {windows.count} window(s) of seq_len+1={seq_len + 1} tokens, "
@@ -245,7 +257,9 @@ def _check_ranks(batch_size: int, rank: int, world_size: int) -> None:
         raise DataError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
 
 
-def check_trainable(data_dir: str | os.PathLike, seq_len: int, *, world_size: int = 1) -> dict:
+def check_trainable(
+    data_dir: str | os.PathLike, seq_len: int, *, world_size: int = 1, meta: dict | None = None
+) -> dict:
     """Check before step 1 that training on ``data_dir`` at ``seq_len`` can run and be evaluated.
 
     Raises a one-line DataError when the train split has no window of ``seq_len + 1`` tokens inside one shard,
@@ -258,7 +272,7 @@ def check_trainable(data_dir: str | os.PathLike, seq_len: int, *, world_size: in
         raise DataError(f"world_size must be a positive integer, got {world_size!r}")
     out = {}
     for split, label in (("train", "train"), ("val", "validation")):
-        w = _Windows(data_dir, split, seq_len, allow_empty=True)
+        w = _Windows(data_dir, split, seq_len, allow_empty=True, meta=meta)
         where = f"the {label} split of {data_dir}"
         if split == "train" and w.count == 0:
             longest = max((len(s) for s in w.shards), default=0)

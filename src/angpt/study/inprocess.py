@@ -36,7 +36,8 @@ class ModelCache:
     @staticmethod
     def key(run: Any) -> str:
         """What a run's model must share with an earlier one's to be lent it (a ResolvedRun)."""
-        what = [run.model.to_dict(), run.dtype, run.compile, run.activation_checkpointing, run.fused_loss]
+        t = run.train
+        what = [run.model.to_dict(), t.dtype, t.compile, t.activation_checkpointing, t.fused_loss]
         return json.dumps(what, sort_keys=True)
 
     def lend(self, run: Any) -> dict[str, Any]:
@@ -48,7 +49,7 @@ class ModelCache:
         return {"fresh_compile": not any(compiled for _, _, compiled in self.models.values())}
 
     def keep(self, run: Any, built: Any) -> None:
-        self.models.setdefault(self.key(run), (built.model, built.forward, bool(run.compile)))
+        self.models.setdefault(self.key(run), (built.model, built.forward, bool(run.train.compile)))
 
 
 Estimate = Callable[[RunSpec, bool], float]  # (run, its arm's model built already in this process) -> seconds
@@ -122,7 +123,7 @@ def store_estimate(plan: Plan, known: Callable[[RunSpec], dict | None], records:
                      if r.get("first_step_s") and not r.get("model_reused")]  # fmt: skip
             return step, max(setup, default=0.0)
         if not planned:
-            from angpt.study.comparison.estimate import planned_steps
+            from angpt.study.estimate import planned_steps
 
             planned.update({k: r.step_time for k, r in planned_steps(plan, gpus=1, gpu=None).items()})
         return planned[arm], 0.0

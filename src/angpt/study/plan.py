@@ -16,16 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from angpt.errors import ConfigError, UserError
-from angpt.models import registry
 from angpt.study.arms import (
     DEFAULT_ARMS,
     Arm,
     Setting,
     check_arms,
+    find_arm,
     parse_arms,
     parse_settings,
     retuned,
+    study_dict,
     warmup_steps,
+    with_arms,
 )
 from angpt.units import format_lr, format_tokens, parse_tokens, round_lr
 
@@ -85,10 +87,7 @@ class Plan:
 
     # ------------------------------------------------------------------------------------------- lookups
     def arm(self, label: str) -> Arm:
-        for a in self.arms:
-            if a.label == label:
-                return a
-        raise UserError(f"no arm {label!r} in this plan; arms: {', '.join(a.label for a in self.arms)}")
+        return find_arm(self.arms, label, "this plan")
 
     def steps(self, budget: int) -> int:
         return budget // self.batch_tokens
@@ -221,14 +220,11 @@ class Plan:
         return d
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["arms"] = [a.to_dict() for a in self.arms]
-        return json.loads(json.dumps(d))  # normalise (tuples -> lists, int keys -> str)
+        return study_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        d = dict(d)
-        d["arms"] = [Arm(**a) for a in d["arms"]]
+        d = with_arms(d)
         if "centres" not in d:  # stored before centres were recorded: its centres were `lr`, else the recipe's rate
             d["centres"] = _legacy_centres(d["arms"], d.get("lr") or {})
         return cls(**d)
@@ -255,12 +251,12 @@ def _legacy_centres(arms: list[Arm], lr: dict[str, float]) -> dict[str, float]:
 
 
 def recipe_lr(arch: str, preset: str | None) -> float:
-    """The rate a study centres an arm's sweep on where --lr leaves it: its architecture's recipe's at `preset`, or
-    at the small presets (`preset` None: Recipe.lr, what a ladder's dial-made sizes and plans stored before
-    Recipe.lr_at take); a one-line ConfigError for an architecture not registered. The study's one lookup of a
-    recipe's rate; a run's own is train/resume.py's recipe_value."""
-    recipe = registry.get(arch).recipe
-    return recipe.lr if preset is None else recipe.lr_for(preset)
+    """The rate a study centres an arm's sweep on where --lr leaves it: the one a run of the arm takes with train.lr
+    unset (train/setup.py's recipe_rate: its recipe's at `preset`; None: at the small presets, what a ladder's
+    dial-made sizes and plans stored before Recipe.lr_at take); a one-line ConfigError for an unregistered one."""
+    from angpt.train.setup import recipe_rate
+
+    return recipe_rate(arch, preset)
 
 
 def dataset_fingerprint(data: str | Path) -> dict[str, Any]:

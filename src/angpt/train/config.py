@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from angpt.errors import ConfigError, did_you_mean
-from angpt.models import make_config, registry
+from angpt.models import make_config
 from angpt.models.config import PRESETS, ModelConfig
 
 
@@ -172,7 +172,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)  # the train.* settings
 
     def validate(self) -> None:
-        registry.get(self.arch)  # a one-line error naming the architectures
+        """One-line ConfigErrors for a bad value; an unknown architecture is one as its model is made."""
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; use one of: {', '.join(PRESETS)}")
         if self.dist not in ("ddp", "fsdp"):
@@ -260,12 +260,8 @@ def parse_value(key: str, text: str) -> Any:
     return value
 
 
-# Settings that belong to one invocation, not to a run: a resume does not take them from the run's stored settings.
-PER_INVOCATION = ("resume", "train.stop_at")
-
-
 def flatten(run: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A run config's dict (`RunConfig.to_dict()`, a run's config.json "run") as dotted keys (train.lr, model.d)."""
+    """A recipe's nested keys as dotted ones: {"train": {"lr": ...}} -> [("train.lr", ...)]."""
     flat = []
     for k, v in run.items():
         if k in ("train", "model") and isinstance(v, dict):
@@ -275,24 +271,14 @@ def flatten(run: dict[str, Any]) -> list[tuple[str, Any]]:
     return flat
 
 
-def stored_settings(run: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A stored run's settings for its resume: every key this version knows, less the per-invocation ones (an old
-    run's key that no longer exists is dropped; a resume's check still compares the fields that matter)."""
-    return [
-        (k, v)
-        for k, v in flatten(run)
-        if k not in PER_INVOCATION and (k.startswith("model.") or _field_type(k) is not None)
-    ]
-
-
 def load_run_config(
     path: str | Path | None = None,
     overrides: list[tuple[str, Any]] | dict | None = None,
     base: list[tuple[str, Any]] | None = None,
 ) -> RunConfig:
     """Read a YAML recipe (optional) and apply overrides; validate everything. `base` (a resumed run's stored
-    settings) comes first, the recipe over it, the overrides last. A run's own config.json is a recipe too: its
-    "run" section is read (`angpt train --config runs/x/config.json`)."""
+    settings, a run's config.json given as the recipe: train/record.py's recipe_settings) comes first, the recipe
+    over it, the overrides last."""
     tree: dict[str, Any] = {}
     for k, v in base or []:
         _set(tree, k, v)
@@ -306,8 +292,6 @@ def load_run_config(
             raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from e
         if not isinstance(read, dict):
             raise ConfigError(f"{p} must hold a mapping of config keys")
-        if isinstance(read.get("run"), dict) and "model" in read:  # a run folder's config.json
-            read = {k: v for k, v in flatten(read["run"]) if k not in PER_INVOCATION}
         for k, v in flatten(read):
             _set(tree, k, v)
     items = overrides.items() if isinstance(overrides, dict) else (overrides or [])
@@ -324,19 +308,12 @@ def load_run_config(
     return cfg
 
 
-def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig saved with `to_dict()` (a checkpoint's or run directory's)."""
-    data = dict(data)
-    train = TrainConfig(**data.pop("train", {}))
-    return RunConfig(**data, train=train)
-
-
 # ------------------------------------------------------------------------------------------------ the model
 def resolve_model_config(cfg: RunConfig, data_meta: dict | None) -> ModelConfig:
     """Preset + overrides; the vocabulary follows the dataset unless given, and must cover it."""
     overrides = dict(cfg.model)
     if cfg.train.seq_len is not None and "context_length" not in overrides:
-        overrides["context_length"] = max(cfg.train.seq_len, make_config(cfg.arch, cfg.preset).context_length)
+        overrides["context_length"] = max(cfg.train.seq_len, PRESETS[cfg.preset]["context_length"])
     if data_meta is not None:
         data_vocab = int(data_meta["vocab_size"])
         if "vocab_size" not in overrides:

@@ -11,7 +11,6 @@ estimates and their sources are documented in docs/recipes.md#what-a-dry-run-est
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -127,27 +126,16 @@ def plan_run(
     one process for the CPU); `mfu` None is 0.4 on a GPU, assumed, and on the CPU the one measured on a block of
     this model. Nothing is allocated, no data is read; ConfigError on bad input (exit 2 in the CLI)."""
     resident = process_resident()  # before the probe builds anything: what any process of ours holds
-    if gpu is None:
-        here, gpu = this_machine()
-        gpus = here if gpus is None else gpus
-    if gpus is None:
-        gpus = 1 if gpu.lower() == "cpu" else 8
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"--dry-run-gpus {gpus!r} must be a positive integer (the number of GPUs)")
+    gpus, device = _target(gpus, gpu, mfu)
     mfu_source = "given"
-    if mfu is not None and not 0 < mfu <= 1:
-        raise ConfigError(f"--dry-run-mfu {mfu!r} must be in (0, 1], e.g. 0.4")
-    try:
-        device = accelerator(gpu) if gpu.lower() != "cpu" else None
-    except KeyError:
-        raise ConfigError(f"--dry-run-gpu {gpu!r} is not known; use one of: {', '.join(GPU_CHOICES)}") from None
-    cfg.validate()
     tc = cfg.train
+    requested_dtype = tc.dtype  # what the run asks of a GPU (its `auto` resolves there, not here)
     meta = identity = None
     if cfg.data is not None and (Path(cfg.data) / "meta.json").is_file():
         from angpt.data import data_identity, load_meta
 
-        meta, identity = load_meta(cfg.data), data_identity(cfg.data)
+        meta = load_meta(cfg.data)
+        identity = data_identity(cfg.data, meta=meta)
     try:  # the trainer's own decision (a resume's or init_from's checkpoint settles the model, dtype and recipe),
         # reading the run folder without touching it
         run = resolve(cfg, device=torch.device("cpu"), world_size=gpus, meta=meta, data_identity=identity)
@@ -156,14 +144,14 @@ def plan_run(
         fits = [n for n in range(gpus, 0, -1) if (tc.batch_tokens // T) % (tc.micro_batch * n) == 0]
         hint = f", or plan for --dry-run-gpus {fits[0]}" if fits and not tc.batch_tokens % T else ""
         raise ConfigError(f"{e} (for --dry-run-gpus {gpus}){hint}" if "batch_tokens" in str(e) else str(e)) from None
-    T, accum, mcfg = run.seq_len, run.accum, run.model
+    t, T, accum, mcfg = run.train, run.train.seq_len, run.accum, run.model  # the run, from here on
 
     run.spec.describe(mcfg)  # computes (and caches) any Monte Carlo constants on the CPU: meta tensors hold no values
     with torch.device("meta"):
         model = run.spec.model(mcfg)
 
     if device is None:
-        dtype = resolve_dtype(tc.dtype, torch.device("cpu"))
+        dtype = resolve_dtype(requested_dtype, torch.device("cpu"))
         measured = {d: measured_cpu_peak(d) for d in ("fp32", dtype)}  # fp32 always; bf16 when the run uses it
         source = f"measured {dtype} matmul peak" + (
             f"; fp32: {measured['fp32'] / 1e9:.3g} GFLOP/s" if dtype != "fp32" else ""
@@ -172,17 +160,17 @@ def plan_run(
         if mfu is None:
             mfu, mfu_source = measured_cpu_mfu(run, dtype, device.peak_flops), MEASURED
     else:
-        dtype = "fp32" if tc.dtype == "fp32" else "bf16"
+        dtype = "fp32" if requested_dtype == "fp32" else "bf16"
     if mfu is None:
         mfu, mfu_source = ASSUMED_GPU_MFU, "assumed"
-    dist = cfg.dist if gpus > 1 else "single"
-    memory = estimate_memory(model, T, tc.micro_batch, gpus, dist, dtype, tc.fused_loss)
+    dist = run.dist if gpus > 1 else "single"
+    memory = estimate_memory(model, T, t.micro_batch, gpus, dist, dtype, t.fused_loss)
     if device.name == "cpu":
         memory.runtime = resident
     flops = model.flops_per_token(T)
     report = DryRunReport(
-        arch=cfg.arch,
-        preset=cfg.preset,
+        arch=run.arch,
+        preset=run.preset,
         model=mcfg,
         vocab_from=run.model_from,
         params=model.num_params(),
@@ -190,39 +178,57 @@ def plan_run(
         flops_per_token=flops,
         flops_attention=12.0 * mcfg.n_layers * T * mcfg.d_model,
         seq_len=T,
-        micro_batch=tc.micro_batch,
+        micro_batch=t.micro_batch,
         gpus=gpus,
         accum=accum,
-        batch_tokens=tc.batch_tokens,
-        steps=tc.max_steps,
+        batch_tokens=t.batch_tokens,
+        steps=t.max_steps,
         dist=dist,
         dtype=dtype,
         memory=memory,
         gpu=device,
         mfu=mfu,
         mfu_source=mfu_source,
-        step_time=flops * tc.batch_tokens / (gpus * device.peak_flops * mfu),
+        step_time=flops * t.batch_tokens / (gpus * device.peak_flops * mfu),
         warning=None,
-        checkpointing=tc.activation_checkpointing,
-        fused_loss=tc.fused_loss,
+        checkpointing=t.activation_checkpointing,
+        fused_loss=t.fused_loss,
         optimizer=_optimizer_summary(run),
-        data_note=_epochs_note(cfg, T),
+        data_note=_epochs_note(run),
     )
     report.warning = _fit_advice(report, model)
     return report
 
 
-def _epochs_note(cfg: RunConfig, seq_len: int) -> str | None:
-    """The trainer's warning of many passes over the data, from meta.json's shards (whole windows of `seq_len` + 1
-    tokens, as the loader reads them), where the run names a prepared dataset."""
+def _target(gpus: int | None, gpu: str | None, mfu: float | None) -> tuple[int, Accelerator | None]:
+    """The number of accelerators planned for and their kind (None: this machine's CPU, measured later), as
+    :func:`plan_run` takes them; a one-line ConfigError for a count, a kind or an MFU that cannot be."""
+    if gpu is None:
+        here, gpu = this_machine()
+        gpus = here if gpus is None else gpus
+    if gpus is None:
+        gpus = 1 if gpu.lower() == "cpu" else 8
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError(f"--dry-run-gpus {gpus!r} must be a positive integer (the number of GPUs)")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ConfigError(f"--dry-run-mfu {mfu!r} must be in (0, 1], e.g. 0.4")
+    try:
+        return gpus, accelerator(gpu) if gpu.lower() != "cpu" else None
+    except KeyError:
+        raise ConfigError(f"--dry-run-gpu {gpu!r} is not known; use one of: {', '.join(GPU_CHOICES)}") from None
+
+
+def _epochs_note(run: ResolvedRun) -> str | None:
+    """The trainer's warning of many passes over the data, from meta.json's shards (whole windows of the run's
+    seq_len + 1 tokens, as the loader reads them), where the run names a prepared dataset."""
     from angpt.train.summary import epochs_note
 
-    meta = Path(cfg.data) / "meta.json" if cfg.data is not None else None
-    if meta is None or not meta.is_file():
+    if run.meta is None:
         return None
-    shards = json.loads(meta.read_text()).get("splits", {}).get("train", {}).get("shards", [])
+    shards = run.meta.get("splits", {}).get("train", {}).get("shards", [])
+    seq_len = run.train.seq_len
     per_epoch = sum(max(0, (s["tokens"] - 1) // seq_len) * seq_len for s in shards)
-    return epochs_note(cfg.train, per_epoch) if per_epoch else None
+    return epochs_note(run.train, per_epoch) if per_epoch else None
 
 
 MEASURED = "measured on one block of this model on this CPU"
@@ -244,13 +250,12 @@ def measured_cpu_mfu(run: ResolvedRun, dtype: str, peak: float, reps: int = 3, b
     whole model, so that planning a 1B run takes a second; the head's large matmul runs nearer the peak
     (docs/recipes.md#what-a-dry-run-estimates)."""
     one = ModelConfig.from_dict({**run.model.to_dict(), "n_layers": 1, "vocab_size": 64})
-    t = min(run.seq_len, one.context_length, 256)
+    t = min(run.train.seq_len, one.context_length, 256)
     per_token = 6 * (4 * one.d_model**2 + 3 * one.d_model * one.ffn_dim)  # the block's matrices, forward + backward
-    b = max(1, min(run.micro_batch, int(PROBE_FLOPS / (per_token * t))))
-    probe = dataclasses.replace(
-        run, model=one, seq_len=t, micro_batch=b, batch_tokens=b * t, accum=1, world_size=1, dtype=dtype,
-        compile=False, data=None, activation_checkpointing=False,
-    )  # fmt: skip
+    b = max(1, min(run.train.micro_batch, int(PROBE_FLOPS / (per_token * t))))
+    train = dataclasses.replace(run.train, seq_len=t, micro_batch=b, batch_tokens=b * t, dtype=dtype, compile=False,
+                                activation_checkpointing=False)  # fmt: skip
+    probe = dataclasses.replace(run, model=one, train=train, accum=1, world_size=1, data=None)
     built = build(probe, DistInfo())
     x = torch.randint(0, 64, (b, t + 1), generator=torch.Generator().manual_seed(0))
     times: list[float] = []
@@ -266,10 +271,10 @@ def measured_cpu_mfu(run: ResolvedRun, dtype: str, peak: float, reps: int = 3, b
 
 def _optimizer_summary(run: ResolvedRun) -> str:
     """E.g. `adam, peak lr 0.002 (the angpt recipe's at gpt2-small; train.lr unset), no warm-up, cosine to 0.1x`."""
-    decay = f"{run.schedule} to {run.min_lr_ratio:g}x"
-    optimizer = f"adamw (weight decay {run.weight_decay:g})" if run.optimizer == "adamw" else run.optimizer
-    return f"{optimizer}, peak lr {run.lr:g}{run.lr_from}, " + (
-        f"{run.warmup_steps:,} warm-up steps, {decay}" if run.warmup_steps else f"no warm-up, {decay}"
+    decay = f"{run.train.schedule} to {run.train.min_lr_ratio:g}x"
+    optimizer = f"adamw (weight decay {run.train.weight_decay:g})" if run.optimizer == "adamw" else run.optimizer
+    return f"{optimizer}, peak lr {run.train.lr:g}{run.lr_from}, " + (
+        f"{run.train.warmup_steps:,} warm-up steps, {decay}" if run.train.warmup_steps else f"no warm-up, {decay}"
     )
 
 

@@ -41,7 +41,6 @@ from angpt.train.dist import (
 from angpt.train.hardware import keep_freed_memory
 from angpt.train.metrics import MetricsLogger, bits_per_byte, health_metrics, peak_flops, plot_loss_curve
 from angpt.train.provenance import provenance
-from angpt.train.resume import check_resumed_rate
 from angpt.train.setup import RESUME, build, resolve, resuming
 from angpt.train.signals import StopSignals
 from angpt.train.step import autocast, check_compute, synchronize
@@ -121,7 +120,6 @@ class Trainer:
     ):
         from angpt.data import check_compatible, check_trainable, data_identity, load_meta
 
-        cfg.validate()
         if cfg.data is None:
             raise ConfigError("no dataset: pass --data DIR (a folder written by `angpt prepare`)")
         if cfg.out is None:
@@ -131,47 +129,38 @@ class Trainer:
                 "train.eval_tasks needs an evaluator: pass evaluators=[angpt.infer.task_evaluator(cfg)] "
                 "(`angpt train` does this itself)"
             )
-        self.cfg, self.tc, self.out = cfg, cfg.train, Path(cfg.out)
         self.evaluators = evaluators or []
-        tc = self.tc
-        self.info = info = init_distributed(tc.device)
-        self.meta = load_meta(cfg.data)
-        self.data_identity = data_identity(cfg.data)  # tokenizer hash and data fingerprint, checked on resume
-        self.run_spec = resolve(
-            cfg, device=info.device, world_size=info.world_size, meta=self.meta, data_identity=self.data_identity,
-            clean=info.is_main, restart_unsaved=restart_unsaved,
+        self.info = info = init_distributed(cfg.train.device)
+        meta = load_meta(cfg.data)  # the dataset's meta.json, read once: the run carries it
+        self.resolved = run = resolve(
+            cfg, device=info.device, world_size=info.world_size, meta=meta,
+            data_identity=data_identity(cfg.data, meta=meta), clean=info.is_main, restart_unsaved=restart_unsaved,
         )  # fmt: skip
-        self.start = self.run_spec.start
-        self.mcfg, self.dtype, self.recipe, self.run_id = (
-            self.run_spec.model,
-            self.run_spec.dtype,
-            self.run_spec.recipe,
-            self.start.run_id,
-        )
-        check_compatible(self.meta, self.mcfg.vocab_size)
+        # From here on the resolved run is the run: the config it came from is not read again.
+        self.train, self.start, self.out = run.train, run.start, Path(run.out)
+        check_compatible(meta, run.model.vocab_size)
         self.cpu_note = cpu_note
-        self.T, self.compile = self.run_spec.seq_len, self.run_spec.compile
-        check_trainable(cfg.data, self.T, world_size=info.world_size)  # an unusable split fails now, not at step N
-        if tc.deterministic:
+        check_trainable(run.data, self.train.seq_len, world_size=info.world_size, meta=meta)  # fails now, not at step N
+        if self.train.deterministic:
             torch.use_deterministic_algorithms(True)
-        notes = check_compute(self.dtype, info.device, self.compile)
+        notes = check_compute(self.train.dtype, info.device, self.train.compile)
         if info.device.type == "cpu":
             keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in every step
-        if cfg.dist == "fsdp" and not info.enabled:
+        if run.dist == "fsdp" and not info.enabled:
             notes.append("--dist fsdp in a single process shards nothing; launch with torchrun --nproc_per_node=N")
         for note in notes if info.is_main else []:
             print(f"warning: {note}", file=sys.stderr)
 
         # build (model, optimizer, schedule, step, loader: train/setup.py), then restore
-        lent = models.lend(self.run_spec) if models is not None and not info.enabled else {}
-        built = build(self.run_spec, info, dist=cfg.dist, **lent)
+        lent = models.lend(run) if models is not None and not info.enabled else {}
+        built = build(run, info, dist=run.dist, **lent)
         if models is not None and not info.enabled:
-            models.keep(self.run_spec, built)
+            models.keep(run, built)
         self.model_reused = "model" in lent
         self.model, self.base, self.opt, self.sched = built.model, built.base, built.optimizer, built.scheduler
         self.loader, self.step_fn, self.flops_per_token = built.loader, built.step, built.flops_per_token
-        test = self.meta.get("splits", {}).get("test", {})
-        self.has_test = test.get("tokens", 0) > self.T * info.world_size  # a test split with a window per rank
+        test = meta.get("splits", {}).get("test", {})
+        self.has_test = test.get("tokens", 0) > self.train.seq_len * info.world_size  # a window per rank
         self.step, self.tokens = 0, 0
         self.best_val, self.best_step = math.inf, None  # train.keep_best: carried in every checkpoint's state
         self.watch = self._residual_watch()
@@ -197,8 +186,6 @@ class Trainer:
         model_sd = ckpt.load_model_state(where, recorded)
         ckpt.check_fits(self.base, model_sd, str(where))
         trainer = ckpt.load_trainer_state(where, state=recorded) if resume else None
-        if trainer is not None:
-            check_resumed_rate(where, trainer["scheduler"], self.run_spec)
         load_full_state(self.model, self.opt if resume else None, model_sd, trainer["optimizer"] if trainer else None)
         if trainer is None:
             return
@@ -214,29 +201,29 @@ class Trainer:
         """The numbers of the start-up summary (train/summary.py); `peak` is one device's FLOP/s, if known. On a CPU,
         a run long enough to need one gets the dry run's estimate of its step (the MFU measured on one block of its
         model), so that the start-up line, the dry run and the step-3 line agree."""
-        info, tc = self.info, self.tc
+        info = self.info
         device = str(info.device)
         if info.device.type == "cuda":
             device += f" ({torch.cuda.get_device_name(info.device)})"
         if info.world_size > 1:
             device += f" x {info.world_size} processes"
-        lr, lr_from = self.run_spec.lr, self.run_spec.lr_from
+        lr, lr_from = self.train.lr, self.resolved.lr_from
         has_embed = getattr(self.base, "embed", None) is not None
         return RunSummary(
-            arch=self.cfg.arch,
-            preset=self.cfg.preset,
+            arch=self.resolved.arch,
+            preset=self.resolved.preset,
             params=self.base.num_params(),
             params_non_embedding=self.base.num_params(embeddings=False) if has_embed else None,
             device=device,
-            dtype=f"{self.dtype}, compiled" if self.compile else self.dtype,
+            dtype=f"{self.train.dtype}, compiled" if self.train.compile else self.train.dtype,
             lr=lr,
             lr_from=lr_from or " (train.lr)",
-            batch_tokens=tc.batch_tokens,
-            micro_batch=tc.micro_batch,
-            seq_len=self.T,
+            batch_tokens=self.train.batch_tokens,
+            micro_batch=self.train.micro_batch,
+            seq_len=self.train.seq_len,
             accum=self.step_fn.accum,
             world_size=info.world_size,
-            max_steps=tc.max_steps,
+            max_steps=self.train.max_steps,
             step=self.step,
             train_tokens=self.loader.tokens_per_epoch,
             flops_per_token=self.flops_per_token,
@@ -248,16 +235,16 @@ class Trainer:
     def _estimated_mfu(self, peak: float | None) -> float | None:
         """The dry run's MFU for this run on this CPU (train/dryrun.py), where the run has more than a few steps left
         (a short one is measured before an estimate would help); its probe's random draws leave the run's alone."""
-        if self.info.device.type != "cpu" or not peak or self.tc.max_steps - self.step <= 3 * TIMED_AFTER:
+        if self.info.device.type != "cpu" or not peak or self.train.max_steps - self.step <= 3 * TIMED_AFTER:
             return None
         from angpt.train.dryrun import measured_cpu_mfu
 
         with torch.random.fork_rng(devices=[]):
-            return measured_cpu_mfu(self.run_spec, self.dtype, peak)
+            return measured_cpu_mfu(self.resolved, self.train.dtype, peak)
 
     def _data_notes(self) -> list[str]:
         """How many times the run reads its training data, when that is more than a few (it will overfit)."""
-        note = epochs_note(self.tc, self.loader.tokens_per_epoch)
+        note = epochs_note(self.train, self.loader.tokens_per_epoch)
         return [note] if note else []
 
     def _save_best(self, val_loss: float, metrics: dict) -> Path | None:
@@ -274,13 +261,13 @@ class Trainer:
         state = RunState(
             step=self.step,
             tokens=self.tokens,
-            run_config=self.cfg.to_dict(),
-            model_config=self.mcfg.to_dict(),
+            run=self.record(),
+            model_config=self.resolved.model.to_dict(),
             metrics=metrics,
             best_val_loss=val_loss,
-            run_id=self.run_id,
+            run_id=self.start.run_id,
         )
-        ckpt.save_weights_checkpoint(new, model_sd, _weights_only(state), tokenizer_dir=self.cfg.data)
+        ckpt.save_weights_checkpoint(new, model_sd, _weights_only(state), tokenizer_dir=self.resolved.data)
         if best.exists():
             os.replace(best, old)
         os.replace(new, best)
@@ -295,7 +282,7 @@ class Trainer:
         """
         sched = self.sched
         for fn in sched.lr_lambdas:
-            fn.max_steps = self.tc.max_steps
+            fn.max_steps = self.train.max_steps
         for group, base, fn in zip(self.opt.param_groups, sched.base_lrs, sched.lr_lambdas):
             group["lr"] = base * fn(sched.last_epoch)
         sched._last_lr = [g["lr"] for g in self.opt.param_groups]
@@ -327,41 +314,47 @@ class Trainer:
     def evaluate(self, split: str = "val") -> tuple[float, float | None]:
         """Loss on a held-out split (nats per token, mean over ranks) and bits per byte: "val" (selection) or
         "test" (the numbers reported), over `train.eval_batches` batches spread over the split."""
-        loss = held_out_loss(
-            self.model, self.cfg.data, split, self.tc.micro_batch, self.T, self.tc.eval_batches, self.dtype, self.info
-        )
-        return loss, bits_per_byte(loss, _bytes_per_token(self.meta, split))
+        loss = held_out_loss(self.model, self.resolved, split, self.info)
+        return loss, bits_per_byte(loss, _bytes_per_token(self.resolved.meta, split))
 
     def _side_batches(self, n: int) -> list[torch.Tensor]:
         """`n` training batches for an architecture's hook: a separate loader with its own seed, identical on
         every rank, so the training stream (and thus the data order every arm shares) is untouched."""
         from angpt.data import TokenLoader
 
-        side = TokenLoader(self.cfg.data, "train", self.tc.micro_batch, self.T, seed=self.tc.seed + SIDE_SEED)
+        t = self.train
+        side = TokenLoader(self.resolved.data, "train", t.micro_batch, t.seq_len, seed=t.seed + SIDE_SEED,
+                           meta=self.resolved.meta)  # fmt: skip
         return [side.next_batch()[0].to(self.info.device) for _ in range(n)]
 
     def health(self) -> dict[str, float]:
         """Per-layer norms and scales on one validation batch (single process only)."""
         from angpt.data import iter_eval_batches
 
-        xb, _ = next(iter(iter_eval_batches(self.cfg.data, min(4, self.tc.micro_batch), self.T, max_batches=1)))
+        t = self.train
+        batches = iter_eval_batches(self.resolved.data, min(4, t.micro_batch), t.seq_len, max_batches=1,
+                                    meta=self.resolved.meta)  # fmt: skip
+        xb, _ = next(iter(batches))
         return health_metrics(self.base, xb.to(self.info.device))
 
     def _residual_watch(self) -> ResidualWatch | None:
         """The early warning of a growing residual stream, for architectures with a bound (single process)."""
-        spec = self.run_spec.spec
+        spec = self.resolved.spec
         if spec.residual_bound is None or self.info.enabled:
             return None
-        remedy = self._halve_lr() + (spec.onset_remedy(self.mcfg) if spec.onset_remedy else "")
-        return ResidualWatch(spec.residual_bound, self._side_batches(1)[0][:1], self.dtype, remedy)
+
+        def remedy() -> str:  # said only when the watch warns
+            return self._halve_lr() + (spec.onset_remedy(self.resolved.model) if spec.onset_remedy else "")
+
+        return ResidualWatch(spec.residual_bound, self._side_batches(1)[0][:1], self.train.dtype, remedy)
 
     def _halve_lr(self) -> str:
-        return f"halve the learning rate (train.lr={self.run_spec.lr / 2:g}; this run's is {self.run_spec.lr:g})"
+        return f"halve the learning rate (train.lr={self.train.lr / 2:g}; this run's is {self.train.lr:g})"
 
     def _remedy(self) -> str:
         """What to change after a divergence: a rate and a warm-up to try, beside the run's own."""
         warmup = self.sched.lr_lambdas[0].warmup_steps  # the run's Schedule (train/optim.py)
-        longer = max(2 * warmup, math.ceil(0.05 * self.tc.max_steps))  # GPT+'s recipe warms up over 5%
+        longer = max(2 * warmup, math.ceil(0.05 * self.train.max_steps))  # GPT+'s recipe warms up over 5%
         return (
             f"{self._halve_lr()} or lengthen the warm-up (train.warmup_steps={longer}; this run's is {warmup}), "
             "then train again (docs/open_choices.md, early-training spikes)"
@@ -388,14 +381,11 @@ class Trainer:
             step=self.step,
             tokens=self.tokens,
             data=self.loader.state_dict(),
-            run_config=self.cfg.to_dict(),
-            model_config=self.mcfg.to_dict(),
+            run=self.record(),
+            model_config=self.resolved.model.to_dict(),
             metrics=metrics,
             world_size=self.info.world_size,
-            data_identity=self.data_identity,
-            compute_dtype=self.dtype,
-            recipe=self.recipe,
-            resolved=self.run_spec.to_dict(),
+            data_identity=self.resolved.data_identity,
             best_val_loss=self.best_val if math.isfinite(self.best_val) else None,
             best_step=self.best_step,
         )
@@ -405,67 +395,70 @@ class Trainer:
             model_sd,
             trainer_state,
             state.to_dict(),
-            tokenizer_dir=self.cfg.data,
-            keep_last=self.tc.keep_last,
-            run_id=self.run_id,
+            tokenizer_dir=self.resolved.data,
+            keep_last=self.train.keep_last,
+            run_id=self.start.run_id,
         )
 
+    def record(self) -> dict[str, Any]:
+        """The run's record as a checkpoint keeps it: train/record.py's, less the model (state.json's model_config)."""
+        return {k: v for k, v in self.resolved.to_dict().items() if k != "model"}
+
     def _write_run_files(self) -> None:
+        """config.json (the run's record: what `--resume auto` restarts from) and provenance.json."""
         if self.info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            run = {"run": self.cfg.to_dict(), "model": self.mcfg.to_dict(), "recipe": self.recipe}
-            (self.out / "config.json").write_text(json.dumps(run, indent=2))
-            (self.out / "provenance.json").write_text(
-                json.dumps(provenance(self.cfg, self.info, self.dtype, self.data_identity), indent=2)
-            )
+            (self.out / "config.json").write_text(json.dumps({"run": self.resolved.to_dict()}, indent=2))
+            (self.out / "provenance.json").write_text(json.dumps(provenance(self.resolved, self.info), indent=2))
 
     # ------------------------------------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
-        cfg, tc, info = self.cfg, self.tc, self.info
+        info = self.info
         self._forget_unsaved_steps()
         self._write_run_files()
         logger = MetricsLogger(
             self.out,
-            tensorboard=tc.tensorboard,
-            wandb=tc.wandb,
-            wandb_project=tc.wandb_project,
-            config=cfg.to_dict(),
+            tensorboard=self.train.tensorboard,
+            wandb=self.train.wandb,
+            wandb_project=self.train.wandb_project,
+            config=self.resolved.to_dict(),
             enabled=info.is_main,
         )
-        peak = peak_flops(info.device, tc.peak_flops, self.dtype)
+        peak = peak_flops(info.device, self.train.peak_flops, self.train.dtype)
         self.last_ckpt = self.resume_from
         status, loss_value, self.val_loss, self.val_bpb, self.test_loss = "finished", None, None, None, None
         step_times: list[float] = []
         # The summary goes with the bar: a study turns both off (it has its own bar over all its runs).
-        summary = self.summary(peak) if tc.progress and info.is_main and self.step < tc.max_steps else None
+        shown = self.train.progress and info.is_main and self.step < self.train.max_steps
+        summary = self.summary(peak) if shown else None
         for line in startup_lines(summary) if summary else []:
             print(line, file=sys.stderr)
-        pbar = _progress(tc.progress and info.is_main, self.step, tc.max_steps)
-        spikes = SpikeDetector(tc.spike_factor)
-        self.before_step = self.run_spec.spec.before_step  # the architecture's hook, if any, before every step
+        pbar = _progress(self.train.progress and info.is_main, self.step, self.train.max_steps)
+        spikes = SpikeDetector(self.train.spike_factor)
+        self.before_step = self.resolved.spec.before_step  # the architecture's hook, if any, before every step
         self.model.train()
         start_norms = None  # logged with the first step, so that a run's rows hold every measurement of the watch
-        if self.watch is not None and self.step < tc.max_steps:
+        if self.watch is not None and self.step < self.train.max_steps:
             self.watch.start(self.base)  # the norms the first rise is judged against
             start_norms = self.watch.last
         # The bar and the logger's TensorBoard / W&B writers close however the loop ends (a TrainingError, Ctrl-C):
         # TensorBoard writes its queued events on close (else every 2 minutes), W&B ends its run.
         signals = StopSignals(announce=info.is_main, step=self.step + 1)
         with signals, closing(logger), pbar if pbar is not None else nullcontext():
-            while self.step < tc.max_steps:
+            while self.step < self.train.max_steps:
                 signals.step = self.step + 1  # the step in progress, which a first Ctrl-C lets finish and save
                 loss_value, grad_norm, dt = self._step(logger, spikes)
                 step_times.append(dt)
                 timed = timed_line(summary, self.step, step_times) if summary else None
                 if timed:
                     _say(timed, pbar)
-                if peak and info.device.type == "cpu" and not tc.peak_flops:  # a measured peak is the least the CPU
-                    peak = max(peak, self.flops_per_token * tc.batch_tokens / (dt * info.world_size))  # does: raise it
+                if peak and info.device.type == "cpu" and not self.train.peak_flops:  # the least the CPU does: raise it
+                    peak = max(peak, self.flops_per_token * self.train.batch_tokens / (dt * info.world_size))
                 row, mfu = self._row(loss_value, grad_norm, dt, peak, start_norms)
                 start_norms = None
-                last = self.step == tc.max_steps
+                last = self.step == self.train.max_steps
                 self._evaluate_into(row, last)
-                if self.step % tc.log_every == 0 or "val_loss" in row or "warning" in row or self.step == 1:
+                if self.step % self.train.log_every == 0 or "val_loss" in row or "warning" in row or self.step == 1:
                     logger.log(row)
                 if pbar is not None:
                     pbar.update(1)
@@ -474,16 +467,16 @@ class Trainer:
                     status = "interrupted"
                     break
         if info.is_main and status == "finished":
-            plot_loss_curve(self.out, f"{cfg.arch} ({cfg.preset})")
+            plot_loss_curve(self.out, f"{self.resolved.arch} ({self.resolved.preset})")
         return self._result(status, loss_value, step_times, signals.received)
 
     def _step(self, logger: MetricsLogger, spikes: SpikeDetector) -> tuple[float, torch.Tensor, float]:
         """One optimizer step, stopped before the update where its loss or gradient norm is not finite or the loss
         spiked (the failing step's row is logged with the error first, so metrics.jsonl shows where and how
         training failed): (loss, gradient norm before clipping, seconds)."""
-        tc, info = self.tc, self.info
+        info = self.info
         before_step = self.before_step
-        note = before_step(self.base, self.step, tc.max_steps, self._side_batches) if before_step else None
+        note = before_step(self.base, self.step, self.train.max_steps, self._side_batches) if before_step else None
         if note and info.is_main:
             print(note, file=sys.stderr)
         t0 = time.perf_counter()
@@ -499,7 +492,7 @@ class Trainer:
                 logger,
                 failed,
                 f"loss spiked to {loss_value:.4g} at step {self.step + 1}, {spikes.ratio:.1f}x its running "
-                f"mean (train.spike_factor={tc.spike_factor}); stopping before the update ({where}); "
+                f"mean (train.spike_factor={self.train.spike_factor}); stopping before the update ({where}); "
                 f"{self._remedy()}",
             )
         grad_norm = self.step_fn.clip()
@@ -512,20 +505,20 @@ class Trainer:
             )
         self.step_fn.apply()
         self.step += 1
-        self.tokens += tc.batch_tokens
+        self.tokens += self.train.batch_tokens
         synchronize(info.device)
         return loss_value, grad_norm, time.perf_counter() - t0
 
     def _row(self, loss_value, grad_norm, dt, peak, start_norms) -> tuple[dict[str, Any], float | None]:
         """The step's metrics row, with the residual watch's measurement where it is due (after the step's time:
         the probe is not the step), and the step's MFU."""
-        tc, info = self.tc, self.info
+        info = self.info
         warning = norms = None
-        if self.watch is not None and self.watch.due(self.step, tc.log_every):
+        if self.watch is not None and self.watch.due(self.step, self.train.log_every):
             warning, norms = self.watch.check(self.base, self.step), self.watch.last
             if warning and info.is_main:
                 print(f"warning: {warning}", file=sys.stderr)
-        tok_s = tc.batch_tokens / dt
+        tok_s = self.train.batch_tokens / dt
         mfu = self.flops_per_token * tok_s / (peak * info.world_size) if peak else None
         row: dict[str, Any] = {
             "step": self.step,
@@ -551,10 +544,10 @@ class Trainer:
     def _evaluate_into(self, row: dict[str, Any], last: bool) -> None:
         """Validation where it is due (and at the last step), the best weights kept, the test loss once at the end,
         the health metrics, and the evaluators' tasks where they are due: all into `row`."""
-        tc, info = self.tc, self.info
-        if (tc.eval_every and self.step % tc.eval_every == 0) or last:
+        info = self.info
+        if (self.train.eval_every and self.step % self.train.eval_every == 0) or last:
             self.val_loss, self.val_bpb = self.evaluate()
-            if tc.keep_best and self.val_loss < self.best_val:
+            if self.train.keep_best and self.val_loss < self.best_val:
                 self._save_best(self.val_loss, {"val_loss": self.val_loss, "val_bpb": self.val_bpb})
             row["val_loss"] = self.val_loss
             if self.val_bpb is not None:
@@ -566,7 +559,7 @@ class Trainer:
                     row["test_bpb"] = test_bpb
             if info.is_main and not info.enabled:
                 row.update(self.health())
-        if self.evaluators and tc.eval_tasks_every and (self.step % tc.eval_tasks_every == 0 or last):
+        if self.evaluators and self.train.eval_tasks_every and (self.step % self.train.eval_tasks_every == 0 or last):
             if info.is_main and not info.enabled:  # evaluators run one process on the whole model
                 for evaluator in self.evaluators:
                     row.update(evaluator(self.base, self.step))
@@ -574,11 +567,11 @@ class Trainer:
     def _save_or_stop(self, row: dict[str, Any], signals: StopSignals, last: bool) -> bool:
         """Checkpoint where due (every rank gathers, rank 0 writes); True when the run stops here (a signal,
         train.stop_at), saved. Every rank stops at the same step (a signal reaches the ranks at different moments)."""
-        tc, info = self.tc, self.info
+        info = self.info
         stop = any_rank(signals.received is not None, info) or (
-            tc.stop_at is not None and self.step >= tc.stop_at and not last
+            self.train.stop_at is not None and self.step >= self.train.stop_at and not last
         )
-        if stop or last or (tc.save_every and self.step % tc.save_every == 0):
+        if stop or last or (self.train.save_every and self.step % self.train.save_every == 0):
             failure, saved = None, None
             try:
                 saved = self.save({k: v for k, v in row.items() if not k.startswith("health/")})
@@ -609,28 +602,27 @@ class Trainer:
             tokens=self.tokens,
             step_time_median=times[len(times) // 2] if times else None,
             signal=received,
-            dtype=self.dtype,
-            compiled=self.compile,
+            dtype=self.train.dtype,
+            compiled=self.train.compile,
             best=ckpt.checkpoint_dir(self.out) / "best" if self.best_step is not None else None,
             best_val_loss=self.best_val if self.best_step is not None else None,
             model_reused=self.model_reused,
         )
 
 
-def held_out_loss(
-    model: nn.Module, data: str, split: str, micro_batch: int, seq_len: int, batches: int, dtype: str, info: DistInfo
-) -> float:
-    """Mean loss (nats per token, mean over ranks) of `model` on `batches` batches of `micro_batch` windows spread
-    evenly over a held-out `split` of `data` (angpt.data.iter_eval_batches): the same windows every time. The
-    model is put in eval mode for it and back in train mode after."""
+def held_out_loss(model: nn.Module, run: Any, split: str, info: DistInfo) -> float:
+    """Mean loss (nats per token, mean over ranks) of `model` on `run.train.eval_batches` batches of micro-batch
+    windows spread evenly over a held-out `split` of the run's data (angpt.data.iter_eval_batches; `run`: a
+    ResolvedRun): the same windows every time. The model is put in eval mode for it and back in train mode after."""
     from angpt.data import iter_eval_batches
 
+    t = run.train
     model.eval()
     total, n = torch.zeros((), device=info.device), 0
-    with torch.no_grad(), autocast(info.device, dtype):
-        for x, y in iter_eval_batches(
-            data, micro_batch, seq_len, max_batches=batches, rank=info.rank, world_size=info.world_size, split=split
-        ):
+    batches = iter_eval_batches(run.data, t.micro_batch, t.seq_len, max_batches=t.eval_batches, rank=info.rank,
+                                world_size=info.world_size, split=split, meta=run.meta)  # fmt: skip
+    with torch.no_grad(), autocast(info.device, t.dtype):
+        for x, y in batches:
             _, loss = model(x.to(info.device), y.to(info.device))
             total += loss.float() * x.shape[0]  # a smaller last batch weighs by its size
             n += x.shape[0]

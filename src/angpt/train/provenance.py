@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from angpt.invocation import command_argv
-from angpt.train.config import RunConfig
 from angpt.train.dist import DistInfo
 
 
@@ -34,9 +33,9 @@ def git_revision(where: Path | None = None) -> str | None:
         return None
 
 
-def provenance(cfg: RunConfig, info: DistInfo, dtype: str, data: dict[str, Any]) -> dict[str, Any]:
-    """How a run was made: versions, commit, machine, dtype, command, and (`data`: angpt.data.data_identity) the
-    content fingerprint of the tokens it read, which a folder of the same name need not hold later."""
+def provenance(run: Any, info: DistInfo) -> dict[str, Any]:
+    """How a run (train/setup.py's ResolvedRun) was made: versions, commit, machine, dtype, command, and the content
+    fingerprint of the tokens it read (its data identity), which a folder of the same name need not hold later."""
     import angpt
     from angpt.train.hardware import cpu_bf16_summary
 
@@ -47,16 +46,16 @@ def provenance(cfg: RunConfig, info: DistInfo, dtype: str, data: dict[str, Any])
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "git_revision": git_revision(),
-        "seed": cfg.train.seed,
+        "seed": run.train.seed,
         "device": dev,
         "device_type": info.device.type,
         "world_size": info.world_size,
-        "dist": cfg.dist if info.enabled else None,
-        "dtype": dtype,
+        "dist": run.dist if info.enabled else None,
+        "dtype": run.train.dtype,
         **cpu,
         "threads": torch.get_num_threads(),
         "hostname": platform.node(),
         "command": command_argv(),
-        "data_fingerprint": data.get("data_fingerprint"),
+        "data_fingerprint": (run.data_identity or {}).get("data_fingerprint"),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

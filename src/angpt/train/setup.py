@@ -37,9 +37,8 @@ as a fresh one would while its compiled graphs stay valid (tests/test_setup.py c
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +50,11 @@ from angpt.checkpoint import RunState
 from angpt.errors import ConfigError, UserError
 from angpt.models import ModelConfig, registry, unwrap
 from angpt.models.registry import ArchSpec, Recipe
-from angpt.train.config import RunConfig, check_batch_geometry, resolve_model_config, stored_settings
+from angpt.train.config import RunConfig, TrainConfig, check_batch_geometry, resolve_model_config
 from angpt.train.dist import DistInfo, parallelize
 from angpt.train.optim import optimizer_for
-from angpt.train.resume import check_resolved, check_resume, recipe_value
+from angpt.train.record import read_config_json, read_state_record, record_settings
+from angpt.train.resume import check_resume
 from angpt.train.step import TrainStep, compile_for_training, resolve_compile, resolve_dtype
 
 FRESH, RESUME, INIT_FROM = "fresh", "resume", "init_from"
@@ -67,38 +67,22 @@ class Start:
     mode: str  # FRESH | RESUME | INIT_FROM
     model: ModelConfig
     model_from: str  # where the model config comes from, in words (the dry run says it)
-    dtype: str  # the compute dtype, resolved ("bf16" or "fp32"): a resumed run keeps its own
-    recipe: dict[str, Any]  # the optimizer recipe's values the run takes (a resumed run keeps its record)
     run_id: str  # the id its checkpoints carry (rotation deletes only its own)
     checkpoint: Path | None = None  # RESUME: the checkpoint; INIT_FROM: the weights
     state: RunState | None = None  # RESUME, INIT_FROM: the checkpoint's state, read once
+    recorded: dict[str, Any] | None = None  # RESUME: the run the checkpoint recorded (train/record.py), read once
     notes: list[str] = field(default_factory=list)  # what resuming changes (a longer max_steps, say)
 
 
 def resumed_settings(out: str | Path | None, resume: str | None) -> list[tuple[str, Any]] | None:
     """The settings a resume starts from: the run's own, as its folder's config.json recorded them when it last
-    started (less what belongs to one invocation: --resume and train.stop_at; a run started --init_from keeps it, its
-    model came from there). None when there is nothing to resume from (no --resume, no --out, or a folder without a
-    run yet)."""
+    started (train/record.py's settings: less what belongs to one invocation, and with what the run derived left to
+    derive again; a run started --init_from keeps it, its model came from there). None when there is nothing to
+    resume from (no --resume, no --out, or a folder without a run yet)."""
     if resume is None or out is None:
         return None
-    path = Path(out) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        run = json.loads(path.read_text())["run"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise UserError(f"{path} is not a run's config.json ({type(e).__name__}); resume with --config RECIPE") from e
-    return stored_settings(run)
-
-
-def resumed_dtype(requested: str, state: RunState | None, device: torch.device) -> str:
-    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (its state's
-    `compute_dtype`), so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
-    recorded = state.compute_dtype if state is not None else None
-    if requested == "auto" and recorded in ("bf16", "fp32"):
-        return recorded
-    return resolve_dtype(requested, device)
+    recorded = read_config_json(Path(out))
+    return None if recorded is None else record_settings(recorded)
 
 
 def model_config(cfg: RunConfig, meta: dict | None, init_model: ModelConfig | None = None) -> tuple[ModelConfig, str]:
@@ -109,7 +93,7 @@ def model_config(cfg: RunConfig, meta: dict | None, init_model: ModelConfig | No
         mcfg = init_model if init_model is not None else ckpt.read_weights_start(cfg.init_from)[1]
         if mcfg.arch != cfg.arch:
             raise ConfigError(f"--train.init_from holds a {mcfg.arch} model; pass --arch {mcfg.arch}")
-        return mcfg, f"checkpoint {cfg.init_from}"
+        return registry.check_config(mcfg), f"checkpoint {cfg.init_from}"
     mcfg = resolve_model_config(cfg, meta)
     if "vocab_size" in cfg.model:
         return mcfg, "model.vocab_size"
@@ -124,43 +108,31 @@ def model_config(cfg: RunConfig, meta: dict | None, init_model: ModelConfig | No
 
 def decide(
     cfg: RunConfig,
-    recipe: Recipe,
     meta: dict | None,
-    device: torch.device,
     data_identity: dict[str, Any] | None = None,
     *,
     clean: bool = False,
     restart_unsaved: bool = False,
-    report: bool = False,
 ) -> Start:
     """How the run of `cfg` starts (see the module docstring); a one-line UserError where it cannot.
 
-    `recipe` is the architecture's optimizer recipe (its registry entry's, as :func:`resolve` read it), `meta` the
-    dataset's meta.json, `data_identity` its fingerprint (a resume checks it), `device` where the run computes (its
-    `auto` dtype). `clean` removes what a killed save left in the folder first (the trainer's rank 0); the dry run
-    reads only. `report` prints where a resume continues from (the trainer says it once the checkpoint is restored:
-    `resuming`).
-    """
+    `meta` is the dataset's meta.json, `data_identity` its fingerprint (an init_from checks its tokenizer). `clean`
+    removes what a killed save left in the folder first (the trainer's rank 0); the dry run reads only. A resume's
+    checkpoint and the run it recorded are read here, once; whether today's settings may continue it is decided once
+    the run is resolved (train/resume.py's check_resume)."""
     out = Path(cfg.out) if cfg.out is not None else None
     if clean and out is not None and out.is_dir():  # a killed save may have left step_N aside: restore it first
         for p in ckpt.clean_stale_tmp(out):
             print(f"removed {p}, left by an interrupted save", file=sys.stderr)
     found = ckpt.resolve_resume(out, cfg.resume)  # the checkpoint and its state.json, read once
+    recorded = read_state_record(found[1], found[0]) if found is not None else None
     if cfg.resume and cfg.init_from and found is not None:
-        _check_same_start(cfg, found[1].get("run_config") or {})
+        _check_same_start(cfg, recorded or {})
     init_state, init_model = ckpt.read_weights_start(cfg.init_from) if cfg.init_from is not None else (None, None)
     mcfg, model_from = model_config(cfg, meta, init_model)
-    state = RunState.from_dict(found[1]) if found is not None else init_state
-    dtype = resumed_dtype(cfg.train.dtype, state if found is not None else None, device)
-    used = (state.recipe if found is not None and state.recipe else None) or recipe.used(cfg.preset, cfg.train)
     if found is not None:
-        resume_from = found[0]
-        notes = check_resume(resume_from, state, cfg, mcfg, data_identity, dtype, recipe=recipe)
-        run_id = state.run_id or ckpt.new_run_id()
-        decided = Start(RESUME, mcfg, model_from, dtype, used, run_id, resume_from, state, notes)
-        if report:
-            resuming(decided)
-        return decided
+        state = RunState.from_dict(found[1])
+        return Start(RESUME, mcfg, model_from, state.run_id or ckpt.new_run_id(), found[0], state, recorded)
     if out is not None and (out / "metrics.jsonl").exists() and not restart_unsaved:
         found_ckpts = ckpt.list_checkpoints(out)
         if found_ckpts:  # not resuming because --resume was not given, not because there is nothing to resume
@@ -174,8 +146,8 @@ def decide(
         )
     if cfg.init_from is not None:
         _check_tokenizer(cfg, data_identity)
-        return Start(INIT_FROM, mcfg, model_from, dtype, used, ckpt.new_run_id(), Path(cfg.init_from), state)
-    return Start(FRESH, mcfg, model_from, dtype, used, ckpt.new_run_id())
+        return Start(INIT_FROM, mcfg, model_from, ckpt.new_run_id(), Path(cfg.init_from), init_state)
+    return Start(FRESH, mcfg, model_from, ckpt.new_run_id())
 
 
 def resuming(decided: Start) -> None:
@@ -216,46 +188,81 @@ def _check_tokenizer(cfg: RunConfig, data_identity: dict[str, Any] | None) -> No
 
 @dataclass(frozen=True)
 class ResolvedRun:
-    """Everything a run is, decided once (see the module docstring). `*_from` say where a value comes from, in the
-    words the start-up summary and the dry run print."""
+    """Everything a run is, decided once (see the module docstring): the invocation's settings, with `train` holding
+    every train.* value as the run uses it (the rate, weight decay, warm-up, context, dtype and compiling the recipe,
+    the model or the device decide filled in), and what was derived beside them. `*_from` say where a derived value
+    comes from ("" where train.* set it), in the words the start-up summary, the dry run and a refused resume print.
+    What config.json and every checkpoint keep is :meth:`to_dict`: the run, once."""
 
     arch: str
     preset: str
+    data: str | None
+    out: str | None
+    dist: str
+    resume: str | None
+    init_from: str | None
     model: ModelConfig
+    model_overrides: dict[str, Any]  # the model.* settings as given: what a model default changed since rebuilds
     model_from: str
-    lr: float
-    lr_from: str  # "" where train.lr sets it, else " (the ARCH recipe's at PRESET; train.lr unset)" and the like
-    optimizer: str  # adamw | adam
-    weight_decay: float
+    train: TrainConfig
+    lr_from: str
     weight_decay_from: str
-    warmup_steps: int
     warmup_from: str
-    recipe: dict[str, Any]  # the recipe's fields the run takes (recorded in config.json and every checkpoint)
-    dtype: str  # bf16 | fp32, resolved
-    compile: bool  # resolved from train.compile on this device
-    seq_len: int
-    micro_batch: int
-    batch_tokens: int
+    optimizer: str  # adamw | adam
+    recipe: dict[str, Any]  # the recipe's fields the run takes (a resumed run keeps its record)
     accum: int
     world_size: int
-    max_steps: int
-    schedule: str
-    min_lr_ratio: float
-    decay_fraction: float
-    decay_shape: str
-    betas: tuple[float, float]
-    grad_clip: float
-    seed: int
-    fused_loss: bool
-    activation_checkpointing: bool
-    data: str | None
-    spec: ArchSpec = field(compare=False, repr=False)  # the architecture's registry entry: its hooks, read once
-    start: Start = field(compare=False, repr=False)  # how the run starts (fresh, resume, init_from) and from where
+    meta: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # the dataset's meta.json, read once
+    data_identity: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    spec: ArchSpec | None = field(default=None, compare=False, repr=False)  # the registry entry: its hooks, read once
+    start: Start | None = field(default=None, compare=False, repr=False)  # how the run starts, and from where
 
     def to_dict(self) -> dict[str, Any]:
-        """The record a checkpoint keeps (and a resume compares): every field but the entry and the start."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("spec", "start")}
-        return out | {"model": self.model.to_dict(), "betas": list(self.betas), "recipe": dict(self.recipe)}
+        """The run's record (config.json, every checkpoint's state.json): what a resume compares and restarts from,
+        and what a study checks a model default against; the invocation's own (out, resume) left out."""
+        dropped = ("out", "resume", "meta", "data_identity", "spec", "start")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in dropped}
+        return out | {"model": self.model.to_dict(), "train": asdict(self.train), "recipe": dict(self.recipe)}
+
+
+def recipe_rate(arch: str, preset: str | None) -> float:
+    """The peak rate a run of `arch` from `preset` takes where train.lr is unset: its recipe's (None: the small
+    presets', what a study's dial-made sizes take); what a study centres an arm's sweep on (study/plan.py)."""
+    recipe = registry.get(arch).recipe
+    return recipe.lr if preset is None else recipe.lr_for(preset)
+
+
+def recipe_values(
+    arch: str, preset: str, train: TrainConfig, recipe: Recipe, kept: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """(values, words, record): the rate, weight decay, warm-up and optimizer a run of `train` takes, each from
+    train.* where set, else from its architecture's `recipe` at `preset`; the words saying where each comes from (""
+    where train.* set it); and the recipe's fields the run records: `kept` (a resumed run's record of what it took
+    when it started, so that a resume compares today's recipe with it, train/resume.py), else what it takes now. The
+    one place the recipe is read."""
+    used = recipe.used(preset, train)
+    values, words = {"optimizer": used["optimizer"]}, {}
+    for key in ("lr", "weight_decay"):
+        values[key] = getattr(train, key) if key not in used else used[key]
+        when = "when the run started" if kept and kept.get(key) == values[key] else f"at {preset}"
+        words[key] = "" if key not in used else f" (the {arch} recipe's {when}; train.{key} unset)"
+    if used["optimizer"] == "adam":
+        values["weight_decay"], words["weight_decay"] = 0.0, f" (the {arch} recipe's Adam decays nothing)"
+    values["warmup_steps"], words["warmup_steps"] = train.warmup_steps, ""
+    if train.warmup_steps is None:
+        share, cap = recipe.warmup_fraction, recipe.warmup_cap
+        values["warmup_steps"] = recipe.warmup_steps(train.max_steps)
+        words["warmup_steps"] = f" ({share:.0%} of the run, at most {cap} steps: the {arch} recipe's)"
+    return values, words, dict(kept) if kept else used
+
+
+def resumed_dtype(requested: str, recorded: dict[str, Any] | None, device: torch.device) -> str:
+    """The compute dtype a run uses on `device`: with `auto`, the one a resumed run has computed in (its record's),
+    so that a run keeps its dtype wherever it resumes; otherwise what `requested` resolves to."""
+    was = ((recorded or {}).get("train") or {}).get("dtype")
+    if requested == "auto" and was in ("bf16", "fp32"):
+        return was
+    return resolve_dtype(requested, device)
 
 
 def resolve(
@@ -270,71 +277,56 @@ def resolve(
 ) -> ResolvedRun:
     """The run `cfg` describes, on `device` with `world_size` ranks: how it starts (:func:`decide`, from the run
     folder read once where `cfg.out` names one; `meta` and `data_identity` are its dataset's, None where there is
-    none yet), the start's model, dtype and recipe record (a resumed run keeps its own), the recipe's rate, weight
-    decay and warm-up where train.* leaves them unset, with the words that say where each comes from (the start-up
-    summary, the dry run and a refused resume print them). The one place that reads the registry and the recipe's
-    rate. One-line ConfigErrors for a context longer than the model's and a batch that does not divide."""
+    none yet), its model, its recipe's rate, weight decay and warm-up where train.* leaves them unset (a resumed run
+    keeps its record), the words that say where each comes from, the batch geometry, the dtype and compiling. The one
+    place that reads the registry. A resume is then checked once, the recorded run against this one
+    (train/resume.py's check_resume). One-line ConfigErrors for a context longer than the model's and a batch that
+    does not divide."""
     entry = registry.get(cfg.arch)
-    start = decide(
-        cfg, entry.recipe, meta, device, data_identity, clean=clean, restart_unsaved=restart_unsaved, report=False
-    )
-    tc, model, spec = cfg.train, registry.check_config(start.model), entry.recipe
-    recipe = dict(start.recipe)
-    recorded = start.mode == RESUME and start.state is not None and bool(start.state.recipe)
+    start = decide(cfg, meta, data_identity, clean=clean, restart_unsaved=restart_unsaved)
+    tc, model = cfg.train, start.model
+    recorded = start.recorded
     seq_len = tc.seq_len or model.context_length
     if seq_len > model.context_length:
         raise ConfigError(f"train.seq_len={seq_len} exceeds the model's context length {model.context_length}")
     accum = check_batch_geometry(tc.batch_tokens, seq_len, tc.micro_batch, world_size)
-
-    kept = recipe if recorded else None  # a resumed run's record: what it took when it started
-    lr, lr_from = recipe_value("lr", tc.lr, cfg.arch, cfg.preset, spec, kept)
-    wd, wd_from = recipe_value("weight_decay", tc.weight_decay, cfg.arch, cfg.preset, spec, kept)
-    optimizer = recipe.get("optimizer", spec.optimizer)
-    if optimizer == "adam":
-        wd, wd_from = 0.0, f" (the {cfg.arch} recipe's Adam decays nothing)"
-    if tc.warmup_steps is not None:
-        warmup, warmup_from = tc.warmup_steps, ""
-    else:
-        fraction = recipe.get("warmup_fraction", spec.warmup_fraction)
-        cap = recipe.get("warmup_cap", spec.warmup_cap)
-        warmup = replace(spec, warmup_fraction=fraction, warmup_cap=cap).warmup_steps(tc.max_steps)
-        warmup_from = f" ({fraction:.0%} of the run, at most {cap} steps: the {cfg.arch} recipe's)"
+    kept = (recorded or {}).get("recipe") or None
+    values, words, used = recipe_values(cfg.arch, cfg.preset, tc, entry.recipe, kept)
+    train = replace(
+        tc,
+        lr=float(values["lr"]),
+        weight_decay=float(values["weight_decay"]),
+        warmup_steps=int(values["warmup_steps"]),
+        seq_len=seq_len,
+        dtype=resumed_dtype(tc.dtype, recorded, device),
+        compile=resolve_compile(tc.compile, device),
+    )
     run = ResolvedRun(
         arch=cfg.arch,
         preset=cfg.preset,
+        data=cfg.data,
+        out=cfg.out,
+        dist=cfg.dist,
+        resume=cfg.resume,
+        init_from=cfg.init_from,
         model=model,
+        model_overrides=dict(cfg.model),
         model_from=start.model_from,
-        lr=float(lr),
-        lr_from=lr_from,
-        optimizer=optimizer,
-        weight_decay=float(wd),
-        weight_decay_from=wd_from,
-        warmup_steps=int(warmup),
-        warmup_from=warmup_from,
-        recipe=recipe,
-        dtype=start.dtype,
-        compile=resolve_compile(tc.compile, device),
-        seq_len=seq_len,
-        micro_batch=tc.micro_batch,
-        batch_tokens=tc.batch_tokens,
+        train=train,
+        lr_from=words["lr"],
+        weight_decay_from=words["weight_decay"],
+        warmup_from=words["warmup_steps"],
+        optimizer=values["optimizer"],
+        recipe=used,
         accum=accum,
         world_size=world_size,
-        max_steps=tc.max_steps,
-        schedule=tc.schedule,
-        min_lr_ratio=tc.min_lr_ratio,
-        decay_fraction=tc.decay_fraction,
-        decay_shape=tc.decay_shape,
-        betas=(tc.beta1, tc.beta2),
-        grad_clip=tc.grad_clip,
-        seed=tc.seed,
-        fused_loss=tc.fused_loss,
-        activation_checkpointing=tc.activation_checkpointing,
-        data=cfg.data,
+        meta=meta,
+        data_identity=data_identity,
         spec=entry,
         start=start,
     )
-    if start.mode == RESUME and start.state is not None and start.state.resolved:
-        check_resolved(start.checkpoint, start.state.resolved, run)  # the run as it was: what a resume continues
+    if start.mode == RESUME:
+        start.notes[:] = check_resume(start.checkpoint, recorded, run, start.state)
     return run
 
 
@@ -373,33 +365,35 @@ def build(
     compile_for_training; `compile_options` go to torch.compile)."""
     device = info.device
     if model is None:
-        torch.manual_seed(run.seed)
+        torch.manual_seed(run.train.seed)
         base = run.spec.model(run.model).to(device)
-        base.fused_loss = run.fused_loss
-        model = parallelize(base, info, dist, dtype=run.dtype, activation_checkpointing=run.activation_checkpointing)
+        base.fused_loss = run.train.fused_loss
+        checkpointing = run.train.activation_checkpointing
+        model = parallelize(base, info, dist, dtype=run.train.dtype, activation_checkpointing=checkpointing)
     elif reinit:
         reinitialise(model, run)
     base = unwrap(model)
+    tc = run.train
     optimizer, scheduler = optimizer_for(
         model,
-        run.lr,
-        max_steps=run.max_steps,
-        weight_decay=run.weight_decay,
-        warmup_steps=run.warmup_steps,
-        min_lr_ratio=run.min_lr_ratio,
-        betas=run.betas,
-        schedule=run.schedule,
-        decay_fraction=run.decay_fraction,
-        decay_shape=run.decay_shape,
+        tc.lr,
+        max_steps=tc.max_steps,
+        weight_decay=tc.weight_decay,
+        warmup_steps=tc.warmup_steps,
+        min_lr_ratio=tc.min_lr_ratio,
+        betas=(tc.beta1, tc.beta2),
+        schedule=tc.schedule,
+        decay_fraction=tc.decay_fraction,
+        decay_shape=tc.decay_shape,
         optimizer=run.optimizer,
     )
     if forward is None:
         forward = (
             compile_for_training(model, optimizer, fresh=fresh_compile, **(compile_options or {}))
-            if run.compile
+            if tc.compile
             else model
         )
-    elif run.compile:
+    elif tc.compile:
         hook = getattr(optimizer, "weight_constraint", None)
         if hook is not None:  # the new optimizer's constraint: the same projection, compiled once already
             hook.compile()
@@ -408,20 +402,27 @@ def build(
         from angpt.data import TokenLoader
 
         loader = TokenLoader(
-            run.data, "train", run.micro_batch, run.seq_len, rank=info.rank, world_size=info.world_size, seed=run.seed
+            run.data,
+            "train",
+            tc.micro_batch,
+            tc.seq_len,
+            rank=info.rank,
+            world_size=info.world_size,
+            seed=tc.seed,
+            meta=run.meta,
         )
     step = TrainStep(
         model,
         optimizer,
         scheduler,
         device=device,
-        dtype=run.dtype,
+        dtype=tc.dtype,
         accum=run.accum,
-        grad_clip=run.grad_clip,
+        grad_clip=tc.grad_clip,
         forward=forward,
         dist=info,
     )
-    flops = base.flops_per_token(run.seq_len) if hasattr(base, "flops_per_token") else 0.0
+    flops = base.flops_per_token(tc.seq_len) if hasattr(base, "flops_per_token") else 0.0
     return Built(model, base, optimizer, scheduler, step, loader, forward, flops)
 
 
@@ -433,7 +434,7 @@ def reinitialise(model: nn.Module, run: ResolvedRun) -> None:
     base = unwrap(model)
     if base.config.to_dict() != run.model.to_dict():
         raise ValueError("reinitialise: the model was built for another model config")
-    torch.manual_seed(run.seed)
+    torch.manual_seed(run.train.seed)
     fresh = run.spec.model(run.model)
     for (name, p), (other, q) in zip(base.named_parameters(), fresh.named_parameters(), strict=True):
         if name != other:

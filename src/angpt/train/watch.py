@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,7 +35,7 @@ class ResidualWatch:
         bound: float,
         probe: torch.Tensor | None,
         dtype: str,
-        remedy: str,
+        remedy: Any,  # what to change, or a function of nothing that says it (asked only when warning)
         *,
         jump: float | None = JUMP,
         window: int = WINDOW,
@@ -84,5 +85,5 @@ class ResidualWatch:
             f"step {step}: the residual stream grows layer over layer, ||h|| {per_layer[0]:.2f} at layer 0 to "
             f"{largest:.3g} at layer {top} (x{growth:.2f} per layer; this architecture keeps it near 1, "
             f"warning above {self.bound:g} after a sudden rise); a loss spike or a blow-up often follows within a "
-            f"few steps: {self.remedy}"
+            f"few steps: {self.remedy() if callable(self.remedy) else self.remedy}"
         )
