@@ -25,9 +25,8 @@ _FACE = {
     "angpt.study.driver": ("Report",),
     "angpt.study.comparison.run": ("rewrite_report", "run_comparison"),
     "angpt.study.ladder.plan": ("Ladder", "Size", "make_ladder"),
-    "angpt.study.ladder.run": ("LadderRun", "run_ladder"),
     "angpt.study.batch.plan": ("BatchStudy", "make_batch_study"),
-    "angpt.study.batch.run": ("run_batch_study",),
+    "angpt.study.scaling.run": ("ScalingRun", "run_batch_study", "run_ladder"),
     "angpt.study.scaling.report": ("write_scaling_report",),
 }
 _WHERE = {name: module for module, names in _FACE.items() for name in names}

@@ -15,6 +15,7 @@ Keys without a section are model fields (:class:`angpt.models.ModelConfig`); val
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -254,3 +255,22 @@ def check_arms(arms: list[Arm], baseline: str | None, where: str = "the arms") -
     if baseline not in labels:
         raise UserError(f"baseline {baseline!r} is not one of {where} ({', '.join(labels)}); add it to --arms")
     return baseline
+
+
+def find_arm(arms: list[Arm], label: str, where: str) -> Arm:
+    """The arm labelled `label`; a one-line UserError naming `where` (this plan, this ladder) and its arms."""
+    for a in arms:
+        if a.label == label:
+            return a
+    raise UserError(f"no arm {label!r} in {where}; arms: {', '.join(a.label for a in arms)}")
+
+
+def study_dict(study: Any, **more: Any) -> dict[str, Any]:
+    """A study's dataclass (a plan, a ladder, a batch-size study) as JSON data: its arms as dicts, `more` over its
+    fields, normalised as stored (tuples -> lists, int keys -> str)."""
+    return json.loads(json.dumps({**dataclasses.asdict(study), "arms": [a.to_dict() for a in study.arms], **more}))
+
+
+def with_arms(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored study's fields with its arms read back as Arms (study_dict's inverse, for its class's keywords)."""
+    return {**stored, "arms": [Arm(**a) for a in stored["arms"]]}

@@ -2,7 +2,8 @@
 
 A study is one or more plans, each with its run store in a folder of its own (a comparison's is the study's
 folder; a ladder's are OUT/sizes/<size>). A kind of study (a :class:`Study`) supplies what differs: what its folder
-must hold, its dry run, its plans in order, and its report. The driver does the rest, the same for every kind:
+must hold, its dry run, its plans in order (each a :class:`Unit` with its report: comparison/report.py's
+plan_unit), and its report. The driver does the rest, the same for every kind:
 
 1. the check of the study's folder and of every plan's store, before anything trains;
 2. the jobs and threads (``--jobs auto`` measures them, where the kind allows it);
@@ -64,7 +65,7 @@ class Report:
     data: dict[str, Any] = field(default_factory=dict)  # the content of report.json
     files: dict[str, Path] = field(default_factory=dict)
     trained: list[RunSpec] = field(default_factory=list)  # runs trained by this call (finished ones are skipped)
-    estimate: Any = None  # a dry run's estimate (angpt.study.comparison.estimate.DryRun)
+    estimate: Any = None  # a dry run's estimate (angpt.study.estimate.DryRun)
     horizon: dict[str, Any] | None = None  # horizon.Horizon.to_dict(): is this evidence or a smoke test?
     jobs_measurement: dict[str, Any] | None = None  # what --jobs auto measured
 
@@ -76,61 +77,6 @@ class Report:
     def arms(self) -> dict[str, Any]:
         """Per-arm measures (final losses, bpb, improvement, p-values, speedup, step time, sweep)."""
         return dict(self.data.get("arms", {}))
-
-
-def plan_unit(
-    plan: Plan,
-    folder: Path,
-    *,
-    command: str,
-    jobs: int,
-    threads: int,
-    horizon: dict[str, Any] | None = None,
-    measured: dict[str, Any] | None = None,
-    sample: str | None = None,
-    sample_tokens: int = 80,
-    before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
-    locked: bool = False,
-    done: Callable[[Report], None] | None = None,
-) -> Unit:
-    """A plan as a unit of any study, with the report of its runs (angpt.study.comparison.report: a comparison's,
-    each size's of a ladder, each batch's): report.md, report.json and plots in `folder` once its runs are done, a
-    PARTIAL one when interrupted. `done` receives the Report."""
-    from angpt.study.comparison.horizon import horizon as plan_horizon
-
-    kw: dict[str, Any] = {"command": command, "jobs": jobs, "threads": threads, "jobs_measurement": measured}
-    kw |= {"horizon": horizon or plan_horizon(plan).to_dict(), "sample": sample, "sample_tokens": sample_tokens}
-
-    def report(executed: Executed) -> Report:
-        from angpt.study.comparison.report import write_report
-
-        data, files = write_report(plan, folder, executed.sweeps, executed.records, **kw)
-        result = Report(folder, plan, False, executed.sweeps, data, files, executed.trained, None,
-                        kw["horizon"], measured)  # fmt: skip
-        if done is not None:
-            done(result)
-        return result
-
-    return Unit(plan, folder, command, report, lambda: write_partial(plan, folder, **kw), before_main, locked)
-
-
-def write_partial(plan: Plan, report_dir: Path, **kw: Any) -> None:
-    """The report of an interrupted comparison, from what its store holds (PARTIAL unless every run finished).
-
-    It only reads the runs and writes the report's own files; a failure costs one warning line and leaves the
-    interruption (its exit code) to stand.
-    """
-    from angpt.study.comparison.report import write_stored_report
-
-    try:
-        _, files, stored = write_stored_report(report_dir, plan, **kw)
-    except Exception as e:  # noqa: BLE001 - the interruption, not its report, decides how the command ends
-        print(f"warning: no partial report written ({type(e).__name__}: {e})", file=sys.stderr)
-        return
-    what = "report" if stored.complete else "partial report"
-    print(
-        f"{what} ({stored.finished} of {len(stored.runs)} planned runs finished): {files['report.md']}", file=sys.stderr
-    )
 
 
 class Study(Protocol):
@@ -165,8 +111,30 @@ class Study(Protocol):
         ...
 
     def finish(self, out: Path) -> Any:
-        """The study's report, once every plan has run; what run_study returns."""
+        """What run_study returns once every plan has run: a comparison's Report (None for a ladder and a batch-size
+        study, whose folder's report follows them: scaling/run.py)."""
         ...
+
+
+class ScalingKind:
+    """What the scaling ladder and the batch-size study share as kinds of study: the verb, jobs as given (no
+    measuring), the runs their plans trained (`count` each plan's Report), and no report of their own (their
+    folder's follows them: scaling/run.py)."""
+
+    verb = "angpt scaling"
+
+    def __init__(self, command: str) -> None:
+        self.command, self.trained = command, 0
+
+    def jobs(self, jobs: int | str, threads: int | None) -> tuple[int, int]:
+        self._jobs, self._threads = plain_jobs(jobs, threads)
+        return self._jobs, self._threads
+
+    def count(self, report: Report) -> None:
+        self.trained += len(report.trained)
+
+    def finish(self, out: Path) -> None:
+        return None
 
 
 def plain_jobs(jobs: int | str, threads: int | None) -> tuple[int, int]:

@@ -60,6 +60,14 @@ def lr_values(text: str | None) -> dict[str, list[float]]:
     return out
 
 
+def add_verb(subparsers: Any, name: str, help: str | None, description: str) -> argparse.ArgumentParser:
+    """A study's verb on the `angpt` command's subparsers: its one-line `help` (angpt.cli.VERBS), its `description`
+    printed as written, and no abbreviated flags (`--budget` must not silently mean `--budgets`)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    return subparsers.add_parser(name, help=help, description=description, formatter_class=formatter,
+                                 allow_abbrev=False)  # fmt: skip
+
+
 def add_plan_flags(s: argparse.ArgumentParser, *, lr_default: str) -> None:
     """The flags of the PlanOptions every plan of a study shares (read back by :func:`plan_options`), but the preset
     and the batch, which each kind words its own way; `lr_default` says where a centre rate comes from."""

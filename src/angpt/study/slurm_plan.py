@@ -77,7 +77,7 @@ def check(planned: list[tuple[Plan, Path]], options: Any) -> None:
 
 def _runs_left(plan: Plan, folder: Path) -> list[tuple[RunSpec, bool, str]]:
     """(run, whether its script is known now, what waits) of every run the plan has left, in submission order."""
-    from angpt.study.comparison.estimate import describe_dry_run
+    from angpt.study.estimate import describe_dry_run
 
     dr = describe_dry_run(plan, folder, jobs=1, threads=1, measure=False)
     out = [(spec, True, "") for spec, done in dr.sweep if not done]
@@ -97,7 +97,7 @@ def _runs_left(plan: Plan, folder: Path) -> list[tuple[RunSpec, bool, str]]:
 
 def _step_seconds(plan: Plan, options: Any) -> dict[str, float]:
     """Each arm's planned seconds per optimizer step in one of the study's jobs."""
-    from angpt.study.comparison.estimate import planned_steps
+    from angpt.study.estimate import planned_steps
 
     gpu = (options.gpu_type or ASSUMED_GPU).upper() if options.gpus_per_run else "cpu"
     reports = planned_steps(plan, gpus=options.gpus_per_run or 1, gpu=gpu)

@@ -256,6 +256,37 @@ def read_study_file(folder: Path, name: str, *, belongs: Callable[[Path], bool],
     return None
 
 
+# A scaling folder holds a ladder (its file, sizes/, lr_check/), a batch-size study (its file, batch/), or both,
+# the scaling report over them (report.*, plots) and the lock.
+LADDER_FILE = "scaling.json"
+BATCH_FILE = "batch.json"
+_SCALING = {".lock", LADDER_FILE, BATCH_FILE, "sizes", "lr_check", "batch", "report.md", "report.json"}
+
+
+def stored_study(out: Path, study_file: str) -> dict[str, Any] | None:
+    """The identity of the study `out` holds in `study_file` (None while it holds none); UserError unless `out` is
+    new, empty, or a scaling directory."""
+    stored = read_study_file(
+        out,
+        study_file,
+        belongs=lambda p: p.name in _SCALING or p.name.endswith(".png"),
+        not_ours="an angpt scaling directory",
+    )
+    return None if stored is None else {k: v for k, v in stored.items() if k not in ("data", "device")}
+
+
+def check_study_dir(out: Path, study_file: str, identity: dict[str, Any], what: str) -> bool:
+    """UserError unless `out` is new, empty, a scaling directory without this study, or one with this same study.
+
+    True when `out` already holds it (a re-run resumes)."""
+    theirs = stored_study(out, study_file)
+    if theirs is None:
+        return False
+    if theirs != identity:
+        raise refusal(out, what, theirs, identity, "use another --out, or repeat that study's options")
+    return True
+
+
 def refusal(folder: Path, what: str, theirs: Any, mine: Any, hint: str) -> UserError:
     """The one-line refusal of a folder holding another study, naming the first differing key (``dial.aspect``)."""
     key, a, b = "", theirs, mine

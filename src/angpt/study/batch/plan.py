@@ -11,21 +11,18 @@ loss-at-fixed-tokens form). The anGPT paper claims anGPT tolerates larger batche
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from angpt.errors import UserError
-from angpt.study.arms import Arm, check_arms, parse_arms
+from angpt.study.arms import Arm, check_arms, parse_arms, study_dict, with_arms
 from angpt.study.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
 from angpt.study.plan import Plan, PlanOptions, make_plan
+from angpt.study.store import BATCH_FILE  # noqa: F401 - the study's file in its folder
 from angpt.units import format_tokens, parse_tokens
 
 DEFAULT_TOLERANCE = 0.01
-
-BATCH_FILE = "batch.json"  # the study's file in its folder
 
 
 @dataclass
@@ -63,15 +60,11 @@ class BatchStudy:
             raise type(e)(f"batch {format_tokens(batch)}: {e}") from e
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["arms"] = [a.to_dict() for a in self.arms]
-        return json.loads(json.dumps(d))
+        return study_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchStudy:
-        d = dict(d)
-        d["arms"] = [Arm(**a) for a in d["arms"]]
-        return cls(**d)
+        return cls(**with_arms(d))
 
     def identity(self) -> dict[str, Any]:
         d = self.to_dict()

@@ -130,15 +130,9 @@ def _report_only(args: argparse.Namespace, command: str) -> int:
 def add_compare_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Register the `compare` verb on the `angpt` command's subparsers (its one-line `help`: angpt.cli.VERBS');
     returns its parser."""
-    from angpt.study.flags import add_executor_flags, add_plan_flags
+    from angpt.study.flags import add_executor_flags, add_plan_flags, add_verb
 
-    s = subparsers.add_parser(
-        "compare",
-        help=help,
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,  # `--budget` must not silently mean `--budgets`
-    )
+    s = add_verb(subparsers, "compare", help, DESCRIPTION)
     s.add_argument("--data", default=None, help="a dataset folder written by `angpt prepare` (required to run)")
     s.add_argument("--out", required=True, help="report directory (created; re-use it to resume)")
     s.add_argument("--arms", default="gpt,gpt+,ngpt,angpt", help="comma-separated arms (default: %(default)s)")

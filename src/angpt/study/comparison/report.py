@@ -1,21 +1,26 @@
-"""Writing a comparison's report (finished, or partial from the store): collect, analyse, then report.json,
-report.md and the plots."""
+"""Writing a plan's report (a comparison's, each size's of a ladder, each batch's; finished, or partial from the
+store): collect, analyse, then report.json, report.md and the plots; and a plan as a unit of any study, with it."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from angpt.study.comparison.analyse import analyse, correct_for_multiplicity, verdict, warnings
 from angpt.study.comparison.collect import collect
+from angpt.study.comparison.horizon import short_comparison
+from angpt.study.comparison.lead import lead, power, tuning_screen
 from angpt.study.comparison.plots import write_plots
 from angpt.study.comparison.render import render_markdown
 from angpt.study.comparison.samples import render_samples, sample_arms
+from angpt.study.driver import Executed, Report, Unit
 from angpt.study.machine import dataset_summary, machine_info
 from angpt.study.plan import Plan
-from angpt.study.store import clean_json, write_json, write_text
+from angpt.study.store import RunSpec, clean_json, write_json, write_text
 from angpt.study.stored import Stored, read_store
-from angpt.study.sweep import Sweeps, lr_check
+from angpt.study.sweep import Runs, Sweeps, lr_check
 
 
 def write_report(
@@ -50,14 +55,10 @@ def write_report(
     for label, entry in arms.items():  # before the warnings: a flagged LR check is one
         entry["lr_check"] = lr_check(plan, sweeps, label, lambda spec: records.get(spec.key()))
     family = correct_for_multiplicity(plan, arms)  # before the verdicts: "established" needs the adjusted p
-    from angpt.study.comparison.lead import lead, power, tuning_screen
-
     try:
         meta = load_meta(plan.data)
     except Exception:  # the dataset may have moved since the runs; the report stands without its summary
         meta = None
-    from angpt.study.comparison.horizon import short_comparison
-
     report: dict[str, Any] = {
         "command": command,
         "rewritten_by": rewritten_by,
@@ -81,14 +82,7 @@ def write_report(
         ],
         "warnings": warnings(plan, arms, meta, horizon),
     }
-    dtypes = sorted({r["dtype"] for r in records.values() if r.get("dtype")})
-    if len(dtypes) == 1:
-        report["machine"] = {**report["machine"], "dtype": dtypes[0]}  # what the runs computed in
-    elif dtypes:
-        report["warnings"].append(
-            f"the runs computed in different dtypes ({', '.join(dtypes)}): their losses and step times are not "
-            "comparable; re-run with --dtype fp32 or --dtype bf16"
-        )
+    _runs_dtype(report, records)
     if sample is not None and partial is not None:
         report["warnings"].append("no --sample continuations in a partial report: they come from finished runs")
         sample = None
@@ -104,6 +98,18 @@ def write_report(
         markdown = markdown.rstrip("\n") + "\n\n" + render_samples(plan, sample, report["samples"]["text"])
     write_text(report_dir / "report.md", markdown)
     return report, files
+
+
+def _runs_dtype(report: dict[str, Any], records: dict[tuple, dict]) -> None:
+    """The dtype the runs computed in, as the report's machine's; a warning where they computed in several."""
+    dtypes = sorted({r["dtype"] for r in records.values() if r.get("dtype")})
+    if len(dtypes) == 1:
+        report["machine"] = {**report["machine"], "dtype": dtypes[0]}
+    elif dtypes:
+        report["warnings"].append(
+            f"the runs computed in different dtypes ({', '.join(dtypes)}): their losses and step times are not "
+            "comparable; re-run with --dtype fp32 or --dtype bf16"
+        )
 
 
 def write_stored_report(
@@ -140,3 +146,53 @@ def _fingerprinted(plan: Plan) -> dict[str, Any]:
     for split in ("train", "val", "test"):
         out |= {f"{split}_tokens": tokens.get(split), f"{split}_documents": docs.get(split)}
     return out
+
+
+def plan_unit(
+    plan: Plan,
+    folder: Path,
+    *,
+    command: str,
+    jobs: int,
+    threads: int,
+    horizon: dict[str, Any] | None = None,
+    measured: dict[str, Any] | None = None,
+    sample: str | None = None,
+    sample_tokens: int = 80,
+    before_main: Callable[[Runs, list[RunSpec]], None] | None = None,
+    locked: bool = False,
+    done: Callable[[Report], None] | None = None,
+) -> Unit:
+    """A plan as a unit of any study, with the report of its runs (:func:`write_report`): report.md, report.json and
+    plots in `folder` once its runs are done, a PARTIAL one when interrupted. `done` receives the Report."""
+    from angpt.study.comparison.horizon import horizon as plan_horizon
+
+    kw: dict[str, Any] = {"command": command, "jobs": jobs, "threads": threads, "jobs_measurement": measured}
+    kw |= {"horizon": horizon or plan_horizon(plan).to_dict(), "sample": sample, "sample_tokens": sample_tokens}
+
+    def report(executed: Executed) -> Report:
+        data, files = write_report(plan, folder, executed.sweeps, executed.records, **kw)
+        result = Report(folder, plan, False, executed.sweeps, data, files, executed.trained, None,
+                        kw["horizon"], measured)  # fmt: skip
+        if done is not None:
+            done(result)
+        return result
+
+    return Unit(plan, folder, command, report, lambda: write_partial(plan, folder, **kw), before_main, locked)
+
+
+def write_partial(plan: Plan, report_dir: Path, **kw: Any) -> None:
+    """The report of an interrupted comparison, from what its store holds (PARTIAL unless every run finished).
+
+    It only reads the runs and writes the report's own files; a failure costs one warning line and leaves the
+    interruption (its exit code) to stand.
+    """
+    try:
+        _, files, stored = write_stored_report(report_dir, plan, **kw)
+    except Exception as e:  # noqa: BLE001 - the interruption, not its report, decides how the command ends
+        print(f"warning: no partial report written ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    what = "report" if stored.complete else "partial report"
+    print(
+        f"{what} ({stored.finished} of {len(stored.runs)} planned runs finished): {files['report.md']}", file=sys.stderr
+    )

@@ -18,7 +18,8 @@ from typing import Any
 from angpt.errors import UserError
 from angpt.invocation import command_line
 from angpt.study import execute
-from angpt.study.driver import Report, Unit, plain_jobs, plan_unit, run_study
+from angpt.study.comparison.report import plan_unit
+from angpt.study.driver import Report, Unit, plain_jobs, run_study
 from angpt.study.plan import Plan
 from angpt.study.store import RunSpec
 from angpt.study.sweep import Runs
@@ -70,7 +71,7 @@ class Comparison:
         return [(self.plan, out)]
 
     def dry_run(self, out: Path, jobs: int, threads: int, slurm_text: str | None = None) -> Report:
-        from angpt.study.comparison.estimate import describe_dry_run
+        from angpt.study.estimate import describe_dry_run
 
         est = describe_dry_run(self.plan, out, jobs=jobs, threads=threads, horizon_line=self.horizon.message,
                                measure=slurm_text is None)  # fmt: skip
@@ -86,7 +87,7 @@ class Comparison:
         return Report(out, self.plan, True, estimate=est, horizon=hz, jobs_measurement=measured)
 
     def begin(self, out: Path) -> None:
-        from angpt.study.comparison.estimate import long_plan_warning
+        from angpt.study.estimate import long_plan_warning
         from angpt.study.store import JOBS_FILE, write_json
 
         if self.horizon.any_short:

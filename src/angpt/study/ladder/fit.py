@@ -413,13 +413,7 @@ class Bootstrap:
 
     def interval(self, fn: Callable[[Law], float], level: float = 0.95) -> tuple[float, float] | None:
         """The percentile interval of `fn` over the converged refits (None without any)."""
-        values = np.array([fn(law) for law in self.laws], dtype=float)
-        values = values[np.isfinite(values)]
-        if values.size == 0:
-            return None
-        q = (1 - level) / 2
-        lo, hi = np.quantile(values, [q, 1 - q])
-        return float(lo), float(hi)
+        return _percentiles([fn(law) for law in self.laws], level)
 
 
 def bootstrap_fit(
@@ -463,10 +457,14 @@ def paired_interval(
 
     The two arms' runs are resampled independently, so pairing replicates by index is a valid draw of both."""
     k = min(len(base.laws), len(arm.laws))
-    values = np.array([fn(b, a) for b, a in zip(base.laws[:k], arm.laws[:k])], dtype=float)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
+    return _percentiles([fn(b, a) for b, a in zip(base.laws[:k], arm.laws[:k])], level)
+
+
+def _percentiles(values: Sequence[float], level: float) -> tuple[float, float] | None:
+    """The central `level` percentile interval of the finite `values` (None without any)."""
+    finite = np.array(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
         return None
-    q = (1 - level) / 2
-    lo, hi = np.quantile(values, [q, 1 - q])
+    lo, hi = np.quantile(finite, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +17,10 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.models import registry
-from angpt.study.arms import Arm, check_arms, parse_arms
+from angpt.study.arms import Arm, check_arms, find_arm, parse_arms, study_dict, with_arms
 from angpt.study.dial import DEFAULT_ASPECT, DEFAULT_HEAD_DIM, SHAPE_KEYS, Shape, dial_shapes
 from angpt.study.plan import Plan, PlanOptions, make_plan, recipe_lr
+from angpt.study.store import LADDER_FILE  # noqa: F401 - the study's file in its folder
 from angpt.study.sweep import SweepResult
 from angpt.units import format_tokens, parse_tokens
 
@@ -29,8 +29,6 @@ MIN_BUDGETS = 3
 DEFAULT_TOKENS_PER_PARAM = (5.0, 10.0, 20.0)  # SPEC section 8: about 5-40 tokens per parameter
 PARAM_COUNTS = ("non_embedding", "total")
 SCHEDULE_KEYS = frozenset({"schedule", "decay_fraction", "decay_shape"})
-
-LADDER_FILE = "scaling.json"  # the study's file in its folder
 
 
 @dataclass
@@ -80,10 +78,7 @@ class Ladder:
 
     # ------------------------------------------------------------------------------------------ compare plans
     def arm(self, label: str) -> Arm:
-        for a in self.arms:
-            if a.label == label:
-                return a
-        raise UserError(f"no arm {label!r} in this ladder; arms: {', '.join(a.label for a in self.arms)}")
+        return find_arm(self.arms, label, "this ladder")
 
     def steps(self, budget: int) -> int:
         return budget // int(self.compare["batch_tokens"])
@@ -142,17 +137,11 @@ class Ladder:
 
     # ---------------------------------------------------------------------------------------------- identity
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["arms"] = [a.to_dict() for a in self.arms]
-        d["sizes"] = [s.to_dict() for s in self.sizes]
-        return json.loads(json.dumps(d))
+        return study_dict(self, sizes=[s.to_dict() for s in self.sizes])
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ladder:
-        d = dict(d)
-        d["arms"] = [Arm(**a) for a in d["arms"]]
-        d["sizes"] = [Size.from_dict(s) for s in d["sizes"]]
-        return cls(**d)
+        return cls(**with_arms(d) | {"sizes": [Size.from_dict(s) for s in d["sizes"]]})
 
     def identity(self) -> dict[str, Any]:
         """Everything that decides what the runs compute: two ladders with equal identities share an OUT."""

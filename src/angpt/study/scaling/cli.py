@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from angpt.errors import UserError
 from angpt.invocation import command_line
 from angpt.study.flags import (
     add_executor_flags,
     add_plan_flags,
+    add_verb,
     csv,
     executor_options,
     jobs_flag,
@@ -95,27 +97,26 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         return cmd_fit(args)
     if verb == "batch":
         return cmd_batch(args)
-    from angpt.study.ladder.run import run_ladder
+    from angpt.study.ladder.run import LadderStudy
 
-    ladder = ladder_from_args(args)
-    result = run_ladder(
-        ladder,
-        args.out,
-        jobs=jobs_flag(args.jobs, auto=False),
-        executor=executor_options(args),
-        threads=args.threads,
-        dry_run=args.dry_run,
-        progress=not args.quiet,
-        command=command_line(),
-        bootstrap=args.bootstrap,
-        fit_seed=args.fit_seed,
-    )
+    study = LadderStudy(ladder_from_args(args), command=command_line())
+    result = _run(study, args, bootstrap=args.bootstrap, fit_seed=args.fit_seed)
     if result.dry_run:
-        print(result.text)
         return 0
     print(f"trained {result.trained} run(s)")
     _print_summary(result.report, result.files)
     return 0
+
+
+def _run(study, args: argparse.Namespace, **kw: Any):
+    """Run a ladder or a batch-size study (scaling/run.py) in --out as the flags say; print a dry run's text."""
+    from angpt.study.scaling.run import run_scaling
+
+    result = run_scaling(study, args.out, jobs=jobs_flag(args.jobs, auto=False), executor=executor_options(args),
+                         threads=args.threads, dry_run=args.dry_run, progress=not args.quiet, **kw)  # fmt: skip
+    if result.dry_run:
+        print(result.text)
+    return result
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -168,28 +169,17 @@ def batch_from_args(args: argparse.Namespace):
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from angpt.study.batch.run import run_batch_study
+    from angpt.study.batch.run import BatchSizeStudy
 
-    study = batch_from_args(args)
-    text, report, files = run_batch_study(
-        study,
-        args.out,
-        jobs=jobs_flag(args.jobs, auto=False),
-        executor=executor_options(args),
-        threads=args.threads,
-        dry_run=args.dry_run,
-        progress=not args.quiet,
-        command=command_line(),
-    )
-    if args.dry_run:
-        print(text)
+    result = _run(BatchSizeStudy(batch_from_args(args), command=command_line()), args)
+    if result.dry_run:
         return 0
-    for label, e in report["batch"]["arms"].items():
+    for label, e in result.report["batch"]["arms"].items():
         c = e["critical"]
         if c["critical"] is not None:
             bound = ">= " if c["at_largest"] else ""
             print(f"{label}: critical batch {bound}{c['critical']} tokens (best loss {c['best_loss']:.4g})")
-    _print_summary(report, files)
+    _print_summary(result.report, result.files)
     return 0
 
 
@@ -218,13 +208,7 @@ def _add_fit_options(s: argparse.ArgumentParser) -> None:
 def add_scaling_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Register the `scaling` verb (and its report / fit / batch sub-verbs; its one-line `help`: angpt.cli.VERBS');
     returns its parser."""
-    s = subparsers.add_parser(
-        "scaling",
-        help=help,
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    s = add_verb(subparsers, "scaling", help, DESCRIPTION)
     _add_study_options(s)
     s.add_argument("--depths", default=None, help="comma-separated depths: the size dial (width = depth x aspect)")
     s.add_argument("--widths", default=None, help="comma-separated widths instead (depth = width / aspect)")

@@ -9,8 +9,7 @@ from typing import Any
 
 from angpt.errors import UserError
 from angpt.study.batch.analyse import analyse_batch, batch_warnings
-from angpt.study.scaling.folder import BATCH_FILE, LADDER_FILE
-from angpt.study.store import clean_json
+from angpt.study.store import BATCH_FILE, LADDER_FILE, clean_json
 
 
 def build_report(out: str | Path, *, command: str | None = None, bootstrap: int = 200, seed: int = 0) -> dict[str, Any]:
