@@ -282,23 +282,24 @@ def test_a_checkpoint_written_before_the_controls_still_resumes():
     from angpt.checkpoint import RunState
     from angpt.errors import UserError
     from angpt.models.config import CONTROLS
-    from angpt.train.config import RunConfig
+    from angpt.train.config import load_run_config
+    from angpt.train.record import read_state_record
     from angpt.train.resume import check_resume
+    from angpt.train.setup import resolve
 
-    cfg = RunConfig(arch="angpt", preset="tiny")
-    mcfg = angpt.make_config("angpt", "tiny")
-    old = {k: v for k, v in mcfg.to_dict().items() if k not in CONTROLS and k != "cos_tau_init"}
-    state = RunState.from_dict({"step": 2, "model_config": old, "run_config": cfg.to_dict()})
-    assert check_resume("ckpt", state, cfg, mcfg, None, recipe=angpt.models.registry.get("angpt").recipe) == []
+    settings = {"arch": "angpt", "preset": "tiny"}
+    old = {k: v for k, v in angpt.make_config("angpt", "tiny").to_dict().items() if k not in CONTROLS}
+    old.pop("cos_tau_init")
+    state = RunState(step=2, model_config=old)
+    recorded = read_state_record({"run_config": settings, "model_config": old})  # the checkpoint's record
+
+    def today(**model):
+        over = settings | {f"model.{k}": v for k, v in model.items()}
+        return resolve(load_run_config(None, over), device=torch.device("cpu"))
+
+    assert check_resume("ckpt", recorded, today(), state) == []
     with pytest.raises(UserError, match="different model config"):
-        check_resume(
-            "ckpt",
-            state,
-            cfg,
-            angpt.make_config("angpt", "tiny", freeze_alpha=True),
-            None,
-            recipe=angpt.models.registry.get("angpt").recipe,
-        )
+        check_resume("ckpt", recorded, today(freeze_alpha=True), state)
 
 
 # ---------------------------------------------------------------------------------------------- bf16

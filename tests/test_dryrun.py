@@ -258,7 +258,7 @@ def test_training_logs_mfu_from_the_measured_cpu_peak(data_dir, tmp_path, one_th
     assert main(["train", *map(str, args)]) == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     model = model_from_config(
-        ModelConfig.from_dict(json.loads((tmp_path / "run" / "config.json").read_text())["model"])
+        ModelConfig.from_dict(json.loads((tmp_path / "run" / "config.json").read_text())["run"]["model"])
     )
     for row in rows:
         expected = model.flops_per_token(64) * row["tokens_per_sec"] / measured_cpu_peak("fp32")
@@ -378,7 +378,7 @@ def test_the_measured_cpu_mfu_is_the_blocks_flops_over_its_time(monkeypatch):
         cfg = load_run_config(None, {"arch": "angpt", "preset": "tiny", "train.micro_batch": micro_batch,
                                      "train.batch_tokens": micro_batch * 64, "train.dtype": "fp32"})  # fmt: skip
         run = setup.resolve(cfg, device=torch.device("cpu"))
-        t = min(run.seq_len, mcfg.context_length, 256)
+        t = min(run.train.seq_len, mcfg.context_length, 256)
         monkeypatch.setattr(dryrun, "PROBE_FLOPS", budget * per_token * t)  # `budget` sequences' worth
         mfu = dryrun.measured_cpu_mfu(run, "fp32", peak=1e12)
         assert mfu == pytest.approx(one.flops_per_token(t) * t * b / 1e12), (micro_batch, budget)

@@ -319,6 +319,13 @@ def change_recipe(monkeypatch, arch, **fields):
     monkeypatch.setitem(registry.ARCHITECTURES, arch, changed)
 
 
+def written_before_the_records(record):
+    """The run config a run wrote before it recorded its recipe (2026-11-26) or its resolved run: the settings as
+    given (the rate, decay and warm-up its recipe decided unset), with no record of the recipe."""
+    train = {k: None if record.get(f"{k}_from") else v for k, v in record["train"].items()}
+    return {k: record[k] for k in ("arch", "preset", "data")} | {"model": record["model_overrides"], "train": train}
+
+
 @pytest.mark.parametrize(
     "recorded, trained",
     [
@@ -340,7 +347,7 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_trained_
     if not recorded:  # a checkpoint from before the records: neither the recipe nor the resolved run
         (state_json,) = out.glob("checkpoints/step_*/state.json")
         state = json.loads(state_json.read_text())
-        del state["recipe"], state["resolved"]
+        state["run_config"] = written_before_the_records(state.pop("run"))
         state_json.write_text(json.dumps(state))
     change_recipe(monkeypatch, "angpt", lr=2e-3)
     capsys.readouterr()
@@ -351,7 +358,7 @@ def test_a_recipe_rate_changed_since_the_run_refuses_its_resume_and_the_trained_
     assert run_cli(*common, "--resume", "auto", "--train.lr", "0.004") == 0
     if recorded:  # the resumed run keeps its record: a later resume is checked against the rate it started with
         final = max(out.glob("checkpoints/step_*/state.json"), key=lambda p: int(p.parent.name.split("_")[1]))
-        assert json.loads(final.read_text())["recipe"]["lr"] == 0.004
+        assert json.loads(final.read_text())["run"]["recipe"]["lr"] == 0.004
 
 
 def test_a_recipe_warmup_changed_since_the_run_refuses_its_resume(stopped_run, monkeypatch, capsys):
@@ -377,8 +384,8 @@ def test_a_finished_run_under_a_changed_recipe_is_not_todays_arm(stopped_run, da
     drift = model_drift(out, meta)
     assert drift == "the angpt recipe's optimizer='adam' (now 'adamw'), the angpt recipe's lr=0.004 (now 0.002)", drift
     stored = json.loads((out / "config.json").read_text())
-    del stored["recipe"]
-    (out / "config.json").write_text(json.dumps(stored))
+    old = {"run": written_before_the_records(stored["run"]), "model": stored["run"]["model"]}
+    (out / "config.json").write_text(json.dumps(old))
     assert model_drift(out, meta) is None
 
 
@@ -407,7 +414,7 @@ def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr, capsy
 
     cfg = load_run_config(None, {"arch": arch, "preset": preset, "train.micro_batch": 1})
     run = resolve(cfg, device=torch.device("cpu"))
-    assert run.lr == lr and run.lr_from == f" (the {arch} recipe's at {preset}; train.lr unset)"
+    assert run.train.lr == lr and run.lr_from == f" (the {arch} recipe's at {preset}; train.lr unset)"
     assert run.recipe["lr"] == lr  # what the run records
     line = next(x for x in format_report(plan_run(cfg, gpus=1)).splitlines() if x.startswith("  optimizer"))
     assert f"peak lr {lr:g} (the {arch} recipe's at {preset}; train.lr unset)" in line, line
@@ -418,7 +425,7 @@ def test_an_unset_rate_is_the_recipes_at_the_runs_preset(arch, preset, lr, capsy
     assert json.loads(capsys.readouterr().out)["recipe"]["lr"] == lr  # `angpt info` says the same
     given = load_run_config(None, {"arch": arch, "preset": preset, "train.lr": 5e-3, "train.micro_batch": 1})
     resolved = resolve(given, device=torch.device("cpu"))
-    assert resolved.lr == 5e-3 and "lr" not in resolved.recipe
+    assert resolved.train.lr == 5e-3 and "lr" not in resolved.recipe
 
 
 def test_a_comparison_centres_its_sweep_on_the_rate_of_its_preset(data_dir):

@@ -154,8 +154,8 @@ def test_the_process_lends_an_arms_model_only_to_runs_of_the_same_model():
 
     def run(d=32, dtype="fp32", compile=True):
         model = SimpleNamespace(to_dict=lambda: {"arch": "angpt", "d_model": d})
-        return SimpleNamespace(model=model, dtype=dtype, compile=compile, activation_checkpointing=False,
-                               fused_loss=False)  # fmt: skip
+        train = SimpleNamespace(dtype=dtype, compile=compile, activation_checkpointing=False, fused_loss=False)
+        return SimpleNamespace(model=model, train=train)
 
     cache = ModelCache()
     assert cache.lend(run()) == {"fresh_compile": True}

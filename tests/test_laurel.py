@@ -354,7 +354,7 @@ def test_compare_arm_with_laurel_runs_end_to_end(data_dir, tmp_path):
     report = run_comparison(plan, tmp_path / "rep", threads=1, progress=False)
     assert math.isfinite(report.arms["gpt+lr"]["budgets"][0]["val_loss"]["0"])
     run = plan.run_dir(tmp_path / "rep", plan.arms[0], 2048, 0, plan.centre_lr(plan.arms[0]))
-    saved = json.loads((run / "config.json").read_text())
+    saved = json.loads((run / "config.json").read_text())["run"]
     assert saved["model"]["laurel"] == "lr" and saved["model"]["laurel_rank"] == 8
 
 

@@ -295,11 +295,12 @@ def test_resume_refuses_a_change_to_every_fixed_setting(data_dir, tmp_path, caps
         "micro_batch": 2,
         "seq_len": 32,
         "seed": 3,
+        "dtype": "bf16",  # this run computed in fp32 (forced below)
     }
     assert set(changed) == set(FIXED_TRAIN)  # a new fixed field needs a value here
     out = tmp_path / "run"
     common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.save_every", "0"]
-    assert run_cli(*common, "--train.max_steps", "4", "--train.stop_at", "2") == 0
+    assert run_cli(*common, "--train.max_steps", "4", "--train.stop_at", "2", "--train.dtype", "fp32") == 0
     capsys.readouterr()
     for field, value in changed.items():
         rc = run_cli(*common, "--train.max_steps", "4", "--resume", "auto", f"--train.{field}", str(value))
@@ -380,43 +381,35 @@ def test_the_resume_check_itself_refuses_every_fixed_setting(data_dir, tmp_path)
     """The decision, not a later guard: check_resume refuses a changed fixed field from the run's recorded config
     alone, before any optimizer state is loaded. (Without `lr` among the fixed fields, the scheduler's restored
     peak rate would still refuse a changed rate, later and in other words; this test fails then.)"""
-
+    from angpt.checkpoint import RunState
+    from angpt.data import data_identity
     from angpt.errors import UserError
-    from angpt.models import registry
-    from angpt.train.config import load_run_config, resolve_model_config
+    from angpt.train.config import load_run_config, load_yaml
+    from angpt.train.record import read_state_record
     from angpt.train.resume import FIXED_TRAIN, check_resume
-
-    from .test_train import run_cli
+    from angpt.train.setup import resolve
 
     out = tmp_path / "run"
     common = ["--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--train.save_every", "0"]
-    assert run_cli(*common, "--train.max_steps", "4", "--train.stop_at", "2", "--train.lr", "0.002") == 0
+    args = ["--train.max_steps", "4", "--train.stop_at", "2", "--train.lr", "0.002", "--train.dtype", "fp32"]
+    assert run_cli(*common, *args) == 0
     ckpt = sorted((out / "checkpoints").glob("step_*"))[-1]
-    from angpt.checkpoint import RunState
-
     state = RunState.read(ckpt)
+    recorded = read_state_record(json.loads((ckpt / "state.json").read_text()), ckpt)
     values = {"lr": 0.01, "weight_decay": 0.3, "warmup_steps": 2, "min_lr_ratio": 0.2, "schedule": "wsd"}
     values |= {"decay_fraction": 0.5, "decay_shape": "linear", "beta1": 0.8, "beta2": 0.99, "grad_clip": 0.5}
-    values |= {"batch_tokens": 1024, "micro_batch": 2, "seq_len": 32, "seed": 3}
-    from angpt.train.config import load_yaml
-
+    values |= {"batch_tokens": 1024, "micro_batch": 2, "seq_len": 32, "seed": 3, "dtype": "bf16"}
     tiny = {flag.lstrip("-"): load_yaml(v) for flag, v in zip(TINY[::2], TINY[1::2])}  # the run's own settings
-    base = {**tiny, "arch": "gpt+", "data": str(data_dir), "out": str(out), "train.max_steps": 4, "train.lr": 0.002}
-    base["train.save_every"] = 0
-    cfg0 = load_run_config(None, base)
-    from angpt.data import data_identity, load_meta
+    base = {**tiny, "arch": "gpt+", "data": str(data_dir), "train.max_steps": 4, "train.lr": 0.002}
+    base |= {"train.save_every": 0, "train.dtype": "fp32"}
 
-    mcfg = resolve_model_config(cfg0, load_meta(data_dir))
-    assert (
-        check_resume(
-            ckpt, state, cfg0, mcfg, data_identity(data_dir), state.compute_dtype, recipe=registry.get("gpt+").recipe
-        )
-        == []
-    )
+    def run(settings):  # the run these settings resolve to, as a new one (no folder of its own)
+        cfg = load_run_config(None, settings)
+        return resolve(cfg, device=torch.device("cpu"), meta=load_meta(data_dir), data_identity=data_identity(data_dir))
+
+    assert check_resume(ckpt, recorded, run(base), state) == []
     assert set(FIXED_TRAIN) <= set(values)  # a new fixed field needs a value here
     for key in values:  # every field this test knows, whatever the module's list says today
-        cfg = load_run_config(None, {**base, f"train.{key}": values[key]})
-        with pytest.raises(UserError, match=rf"cannot resume .* with train\.{key}="):
-            check_resume(
-                ckpt, state, cfg, mcfg, data_identity(data_dir), state.compute_dtype, recipe=registry.get("gpt+").recipe
-            )
+        words = "computing in bf16" if key == "dtype" else rf"with train\.{key}="
+        with pytest.raises(UserError, match=rf"cannot resume .* {words}"):
+            check_resume(ckpt, recorded, run({**base, f"train.{key}": values[key]}), state)

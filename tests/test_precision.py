@@ -188,7 +188,7 @@ def test_auto_resolves_once_per_run_and_a_resume_keeps_it(data_dir, tmp_path, mo
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 2.0)  # this machine: bf16 pays
     assert run_cli(*split, "--train.stop_at", "2") == 0
     (ckpt,) = (tmp_path / "split" / "checkpoints").glob("step_*")
-    assert json.loads((ckpt / "state.json").read_text())["compute_dtype"] == "bf16"
+    assert json.loads((ckpt / "state.json").read_text())["run"]["train"]["dtype"] == "bf16"
 
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # another machine: auto would pick fp32
     capsys.readouterr()
@@ -261,44 +261,35 @@ def test_the_dtype_decision_survives_a_noisy_timer(true_speedup):
         assert (got >= BF16_MIN_SPEEDUP) == (true_speedup >= BF16_MIN_SPEEDUP)
 
 
-def test_resume_check_compares_the_resolved_dtype_and_falls_back_to_the_setting_for_old_checkpoints(monkeypatch):
+def test_resume_check_compares_the_recorded_dtype_and_leaves_an_unrecorded_auto_to_this_machine(monkeypatch):
+    """A record keeps the dtype `auto` gave: a resume computing in another is refused, `auto` keeps the recorded
+    one on any machine. A checkpoint from before the dtype was recorded (requested `auto`) compares none and
+    resolves `auto` where it resumes."""
     from angpt.checkpoint import RunState
     from angpt.errors import UserError
     from angpt.train import hardware
-    from angpt.train.config import RunConfig
+    from angpt.train.config import load_run_config
+    from angpt.train.record import read_state_record
     from angpt.train.resume import check_resume
-    from angpt.train.setup import resumed_dtype
+    from angpt.train.setup import resolve, resumed_dtype
 
-    mcfg = angpt.make_config("angpt", "tiny")
-
-    def state(requested, compute=None):
-        cfg = RunConfig(arch="angpt", preset="tiny")
-        cfg.train.dtype = requested
-        return RunState(step=0, model_config=mcfg.to_dict(), run_config=cfg.to_dict(), compute_dtype=compute)
-
-    def cfg(requested):
-        c = RunConfig(arch="angpt", preset="tiny")
-        c.train.dtype = requested
-        return c
-
-    new = state("auto", "bf16")
-    assert (
-        check_resume("ckpt", new, cfg("bf16"), mcfg, None, "bf16", recipe=angpt.models.registry.get("angpt").recipe)
-        == []
-    )  # auto -> bf16, now named: same run
-    with pytest.raises(UserError, match="computing in fp32 .*trained in bf16"):
-        check_resume("ckpt", new, cfg("fp32"), mcfg, None, "fp32", recipe=angpt.models.registry.get("angpt").recipe)
     cpu = torch.device("cpu")
+
+    def run(dtype):
+        return resolve(load_run_config(None, {"arch": "angpt", "preset": "tiny", "train.dtype": dtype}), device=cpu)
+
+    new = run("bf16").to_dict()  # a run whose auto gave bf16
+    state = RunState(step=0, model_config=new["model"])
+    assert check_resume("ckpt", new, run("bf16"), state) == []
+    with pytest.raises(UserError, match="computing in fp32: the run was trained in bf16"):
+        check_resume("ckpt", new, run("fp32"), state)
     monkeypatch.setattr(hardware, "cpu_bf16_speedup", lambda: 0.6)  # this machine would pick fp32
     assert resumed_dtype("auto", new, cpu) == "bf16"  # auto keeps the run's dtype on any machine
     assert resumed_dtype("fp32", new, cpu) == "fp32"  # an explicit request is what it says (refused above)
-    old = state("auto")  # written before compute_dtype was recorded
-    assert (
-        check_resume("ckpt", old, cfg("auto"), mcfg, None, "fp32", recipe=angpt.models.registry.get("angpt").recipe)
-        == []
-    )
-    with pytest.raises(UserError, match="train.dtype='bf16': the run was trained with 'auto'"):
-        check_resume("ckpt", old, cfg("bf16"), mcfg, None, "bf16", recipe=angpt.models.registry.get("angpt").recipe)
+    given = {"arch": "angpt", "preset": "tiny", "train": {"dtype": "auto"}}
+    old = read_state_record({"run_config": given, "model_config": new["model"]})  # no compute_dtype recorded
+    assert old["train"]["dtype"] is None
+    assert check_resume("ckpt", old, run("bf16"), state) == [] and check_resume("ckpt", old, run("fp32"), state) == []
     assert resumed_dtype("auto", old, cpu) == "fp32"
 
 

@@ -573,7 +573,7 @@ def test_documented_scaling_commands_resolve(line, argv, data_dir):
     from angpt.cli import build_parser
     from angpt.study.scaling.cli import batch_from_args, ladder_from_args
 
-    args, extra = build_parser().parse_known_args(argv)
+    args, extra = build_parser("scaling").parse_known_args(argv)
     assert not extra, extra
     args.data = data_dir
     study = batch_from_args(args) if args.scaling_verb == "batch" else ladder_from_args(args)

@@ -327,9 +327,11 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     would be 5x), and resuming one under today's defaults is refused, naming the field."""
     from angpt.checkpoint import RunState
     from angpt.errors import UserError
-    from angpt.models import ModelConfig, build_model, make_config, model_from_config, registry
-    from angpt.train.config import RunConfig
+    from angpt.models import ModelConfig, build_model, model_from_config
+    from angpt.train.config import load_run_config
+    from angpt.train.record import read_state_record
     from angpt.train.resume import check_resume
+    from angpt.train.setup import resolve
 
     torch.manual_seed(0)
     trained = build_model("angpt", "tiny", alpha_speed=1.0)
@@ -340,10 +342,11 @@ def test_a_checkpoint_written_before_alpha_speed_keeps_its_alphas():
     loaded = model_from_config(ModelConfig.from_dict(written))
     loaded.load_state_dict(trained.state_dict())
     assert torch.equal(loaded.blocks[0].alpha_A(), trained.blocks[0].alpha_A())
-    cfg = RunConfig(arch="angpt", preset="tiny")
+    settings = {"arch": "angpt", "preset": "tiny"}
+    recorded = read_state_record({"run_config": settings, "model_config": written})  # a checkpoint of its day
+    today = resolve(load_run_config(None, settings), device=torch.device("cpu"))
     with pytest.raises(UserError, match="alpha_speed"):
-        state = RunState(step=0, model_config=written, run_config=cfg.to_dict())
-        check_resume("ckpt", state, cfg, make_config("angpt", "tiny"), None, recipe=registry.get("angpt").recipe)
+        check_resume("ckpt", recorded, today, RunState(step=0, model_config=written))
 
 
 def test_angpt_alpha_starts_at_the_papers_001_and_steps_as_far_as_ngpts_alpha():

@@ -98,13 +98,19 @@ def test_the_dry_run_plans_the_model_the_start_decides(stopped, tmp_path, capsys
 
 def test_a_checkpoints_state_reads_and_writes_back_its_keys():
     """RunState, the typed state.json that save writes and resume reads: a checkpoint written before it existed
-    comes back with the same keys and values."""
+    comes back with the same keys and values; its pieces (run config, compute dtype, recipe record) read as one
+    record of the run, as a checkpoint written today keeps it (train/record.py)."""
+    from angpt.train.record import read_state_record
+
     path = FIXTURE / "runs" / "gptplus" / "checkpoints" / "step_000002"
     raw = json.loads((path / "state.json").read_text())
     state = RunState.read(path)
-    assert state.step == 2 and state.data == raw["data"] and state.compute_dtype == raw["compute_dtype"]
-    assert state.recipe == raw["recipe"] and state.run_id == raw["run_id"]
+    assert state.step == 2 and state.data == raw["data"] and state.run_id == raw["run_id"] and state.run is None
     assert state.to_dict() == raw
+    record = read_state_record(raw, path)
+    assert record["train"]["dtype"] == raw["compute_dtype"] and record["recipe"] == raw["recipe"]
+    assert record["train"]["lr"] == raw["recipe"]["lr"] and record["lr_from"].startswith(" (the gpt+ recipe's when")
+    assert record["model"] == raw["model_config"] and record["train"]["seed"] == raw["run_config"]["train"]["seed"]
 
 
 def test_a_resume_takes_the_runs_stored_settings(data_dir, tmp_path, capsys):
@@ -132,10 +138,11 @@ def test_a_resume_takes_the_runs_stored_settings(data_dir, tmp_path, capsys):
 def test_a_runs_config_json_is_a_recipe(stopped, tmp_path, capsys):
     """`--config runs/x/config.json` starts a new run with that run's settings (it was refused: unknown key 'run'),
     not with its --resume or stop_at."""
-    from angpt.train.config import load_run_config
+    from angpt.cli import build_parser, run_config_from_args
 
     out, _ = stopped
-    cfg = load_run_config(out / "config.json", [("out", str(tmp_path / "again"))])
+    args, args.extra = build_parser("train").parse_known_args(["train", "--config", str(out / "config.json")])
+    cfg = run_config_from_args(args)
     stored = json.loads((out / "config.json").read_text())["run"]
     assert (cfg.arch, cfg.train.batch_tokens, cfg.train.max_steps) == ("gpt+", stored["train"]["batch_tokens"], 4)
     assert cfg.train.stop_at is None and cfg.resume is None
@@ -163,27 +170,29 @@ def test_a_run_started_from_other_weights_resumes_with_or_without_repeating_them
 
 
 def test_a_resume_is_compared_with_the_run_its_checkpoint_recorded_as_resolved(stopped, capsys):
-    """Each checkpoint records the run as train/setup.py resolved it (rate, optimizer, warm-up, batch, seed,
-    dtype, model); a resume resolves its own and is refused where one differs. Here the recorded rate is changed
-    where nothing else records it (as a recipe changed since in a way the settings do not show): refused in one
-    line naming it. A longer run resumes, its recipe warm-up recomputed. Watched failing with the check removed."""
+    """Each checkpoint records the run once, as train/setup.py resolved it (rate, optimizer, warm-up, batch, seed,
+    dtype, model; no copy beside it); a resume resolves its own and is checked once against it, refused where one
+    differs. Here the recorded rate is changed (as a recipe changed since in a way the settings do not show):
+    refused in one line naming it. A longer run resumes, its recipe warm-up recomputed. Watched failing with the
+    check removed."""
     out, args = stopped
     copy = out.parent / "resolved-check"
     shutil.copytree(out, copy)
     state_path = ckpt.list_checkpoints(copy)[-1] / "state.json"
     state = json.loads(state_path.read_text())
-    resolved = state["resolved"]
-    assert resolved["arch"] == "gpt+" and resolved["optimizer"] == "adamw" and resolved["warmup_steps"] >= 1
-    assert resolved["lr"] == state["recipe"]["lr"]  # train.lr unset: the recipe's
-    state["resolved"] = {**resolved, "lr": resolved["lr"] * 2}
+    assert not {"run_config", "compute_dtype", "recipe", "resolved"} & set(state)  # one record: "run"
+    run = state["run"]
+    resolved = run["train"]
+    assert run["arch"] == "gpt+" and run["optimizer"] == "adamw" and resolved["warmup_steps"] >= 1
+    assert resolved["lr"] == run["recipe"]["lr"]  # train.lr unset: the recipe's
+    state["run"] = {**run, "train": {**resolved, "lr": resolved["lr"] * 2}}
     state_path.write_text(json.dumps(state))
     capsys.readouterr()
     assert run_cli(*args, "--out", copy, "--resume", "auto") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert (
-        len(err) == 1 and f"with lr={resolved['lr']!r} (the gpt+ recipe's when the run started; train.lr" in err[0]
-    ), err
-    assert f"the run was trained with {resolved['lr'] * 2!r}; pass --train.lr {resolved['lr'] * 2}" in err[0], err
+    assert len(err) == 1 and f"with train.lr={resolved['lr']!r} (the gpt+ recipe's" in err[0], err
+    assert f"the run was trained with {resolved['lr'] * 2!r}" in err[0], err
+    assert f"; pass --train.lr {resolved['lr'] * 2} to resume it" in err[0], err
     longer = out.parent / "resolved-longer"
     shutil.copytree(out, longer)
     # train.max_steps 4 -> 40: GPT+'s warm-up (5% of the run, at least a step) moves from 1 to 2 steps with it

@@ -101,8 +101,8 @@ def test_run_directory_keeps_provenance_and_outputs(data_dir, tmp_path):
     )
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["torch_version"] == torch.__version__ and prov["seed"] == 0 and "device" in prov
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["run"]["arch"] == "ngpt" and cfg["model"]["vocab_size"] >= 257
+    run = json.loads((out / "config.json").read_text())["run"]  # the run's record, once (issue 54)
+    assert run["arch"] == "ngpt" and run["model"]["vocab_size"] >= 257 and run["train"]["lr"] > 0
     rows = metrics(out)
     evals = [r for r in rows if "val_loss" in r]
     assert [r["step"] for r in evals] == [2, 4]
