@@ -487,8 +487,11 @@ def test_a_scaling_ladder_centres_every_size_on_the_small_model_rate(data_dir):
 @pytest.mark.parametrize("arch", ["angpt", "gpt+"])
 def test_the_export_prints_the_load_line_that_works(data_dir, tmp_path, capsys, arch):
     """The lines `angpt export` prints load the export in a fresh Python without angpt imported: anGPT's need
-    trust_remote_code=True and say so; GPT+'s (a native Qwen3) do not (issue 48)."""
+    trust_remote_code=True and say so; GPT+'s (a native Qwen3) do not (issue 48). Pasted at a terminal they run
+    unattended: stdin is a pty here, where transformers' "[y/N]" would wait (it waited 40 s in issue 55), and no
+    line asks or warns of a model type ``."""
     import os
+    import pty
     import subprocess
     import sys
 
@@ -505,9 +508,18 @@ def test_the_export_prints_the_load_line_that_works(data_dir, tmp_path, capsys, 
         + "\nprint(type(model).__name__, 'angpt' in __import__('sys').modules)"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
+    terminal, other_end = pty.openpty()
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path, stdin=terminal,
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(terminal), os.close(other_end)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split()[-1] == "False", res.stdout
+    said = res.stdout + res.stderr
+    assert "[y/N]" not in said and "model of type ``" not in said, said[-2000:]
 
 
 def test_the_readmes_parameter_counts_are_the_models_it_trains():
@@ -548,3 +560,54 @@ def test_the_readmes_parameter_counts_are_the_models_it_trains():
     said = f"{shape['n_layers']} layers, d = {shape['d_model']}, "
     for arch in ("gpt+", "angpt"):
         assert said + millions(make_config(arch, "demo", vocab_size=4096, **shape)) in " ".join(readme.split())
+
+
+# ------------------------------------------------------------------------------------------ the pages
+def _prose(text: str) -> str:
+    """A page's text outside fenced code blocks."""
+    import re
+
+    return re.sub(r"^```.*?^```[^\n]*$", " ", text, flags=re.S | re.M)
+
+
+def test_the_readme_opens_with_its_two_commands_and_stays_short():
+    """Issue 55: `make demo` and `make test` within the README's first 200 words, and at most 1,500 words of prose
+    (outside code blocks): the research detail lives in docs/."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    words = text.split()
+    first = " ".join(words[:200])
+    assert "make demo" in first and "make test" in first, "the two commands come after the first 200 words"
+    assert len(_prose(text).split()) <= 1500, len(_prose(text).split())
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but hyphens dropped, spaces to hyphens."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_lands():
+    """Each relative link of README.md, docs/*.md and benchmarks/RESULTS.md names a file that exists and, with a
+    #fragment into a page, a heading of that page (a section moved between pages leaves no dead link behind)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "benchmarks" / "RESULTS.md"]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(page.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, fragment = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                dead.append(f"{page.name}: {target} (no such file)")
+            elif fragment and file.suffix == ".md":
+                headings = {_slug(h) for h in re.findall(r"^#+ (.*)$", _prose(file.read_text()), re.M)}
+                if fragment not in headings:
+                    dead.append(f"{page.name}: {target} (no such heading)")
+    assert not dead, "\n".join(dead)

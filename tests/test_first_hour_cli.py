@@ -77,6 +77,24 @@ def test_export_over_a_previous_export_needs_overwrite(run, tmp_path, capsys):
     assert after["notes.txt"] == b"keep me" and after["model.safetensors"] != before["model.safetensors"]
 
 
+def test_an_export_refused_for_its_folder_loads_nothing_first(run, tmp_path):
+    """Issue 55: refusing an export over a previous one took ~9 s, the checkpoint and transformers loaded before the
+    folder was looked at; the folder is checked first, in a process that has not imported torch."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "hf"
+    assert main(["export", str(run), str(out)]) == 0
+    code = (
+        "import sys\nfrom angpt.cli import main\n"
+        f"rc = main(['export', {str(run)!r}, {str(out)!r}])\n"
+        "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.split() == ["2", "False", "False"], res.stdout + res.stderr[-2000:]
+    assert "previous export" in res.stderr
+
+
 # ------------------------------------------------------------------------------- generate() on an export
 @contextlib.contextmanager
 def transformers_messages():

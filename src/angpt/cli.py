@@ -263,9 +263,11 @@ def _share_cpu() -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format != "hf":
         raise UserError(f"unknown export format {args.format!r}; use: hf")
-    from angpt.hf.export import check_target, export_hf
+    from angpt.hf.folder import check_target
 
-    check_target(args.out, args.overwrite)  # before loading the checkpoint: a refusal comes at once
+    check_target(args.out, args.overwrite)  # before torch, transformers and the checkpoint load: a refusal is at once
+    from angpt.hf.export import export_hf
+
     model, tokenizer = _load(args.checkpoint)
     out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format, overwrite=args.overwrite)
     print(f"exported {model.config.arch} to {out}; load it with transformers:\n{load_lines(out)}")
@@ -273,14 +275,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def load_lines(folder: Path) -> str:
-    """The Python that loads an export: a folder whose config.json maps to our own modelling code (nGPT, anGPT,
-    TokenFormer) needs `trust_remote_code=True` (or `import angpt.hf.export` first); GPT+ is a native Qwen3."""
+    """The Python that loads an export, unattended: a folder whose config.json maps to our own modelling code
+    (nGPT, anGPT, TokenFormer) needs `trust_remote_code=True` in both lines (or `import angpt.hf.export` first), or
+    transformers asks at the terminal before loading the tokenizer; GPT+ is a native Qwen3."""
     remote = "auto_map" in json.loads((Path(folder) / "config.json").read_text())
     trust = ", trust_remote_code=True" if remote else ""
     return (
         "    from transformers import AutoModelForCausalLM, AutoTokenizer\n"
         f"    model = AutoModelForCausalLM.from_pretrained({str(folder)!r}{trust})\n"
-        f"    tokenizer = AutoTokenizer.from_pretrained({str(folder)!r})"
+        f"    tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}{trust})"
     )
 
 
