@@ -174,6 +174,23 @@ def test_local_source_errors(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # temp folders cleaned up
 
 
+def test_a_folder_of_source_code_and_markup_prepares_one_document_per_file(tmp_path):
+    """Issue 55: `prepare --source` refused a folder of .py files, though the demo trains on Python source. .py,
+    .md and .rst files are read as .txt files are (each file of a folder one document); other types stay out."""
+    texts = {"a.py": "def main():\n\n    return 1\n", "b.md": "# Title\n\nA paragraph.\n", "c.rst": "Title\n=====\n"}
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, text in texts.items():
+        (src / name).write_text(text)
+    (src / "d.bin").write_bytes(b"\0\1")
+    meta = prepare_dataset(src, "bytes", tmp_path / "out", val_fraction=0.0, progress=False)
+    assert sorted(decode_docs(tmp_path / "out", "train")) == sorted(texts.values())
+    assert meta["splits"]["train"]["documents"] == 3
+    (tmp_path / "x.bin").write_bytes(b"\0")
+    with pytest.raises(DataError, match=r"x.bin has an unsupported type; use text \(.txt, .md, .rst, .py\)"):
+        prepare_dataset(tmp_path / "x.bin", "bytes", tmp_path / "o", progress=False)
+
+
 # -- BPE ----------------------------------------------------------------------------------------------------
 
 

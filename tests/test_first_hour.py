@@ -233,7 +233,7 @@ def test_an_empty_txt_source_is_named_without_text_field(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(DataError) as e:
         prepare_dataset(tmp_path / "empty.txt", "bytes", tmp_path / "out", progress=False)
-    assert ".txt files are empty" in str(e.value) and "text_field" not in str(e.value)
+    assert "text files are empty" in str(e.value) and "text_field" not in str(e.value)
 
 
 def test_the_progress_bar_explains_slow_first_steps():

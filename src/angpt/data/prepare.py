@@ -30,7 +30,7 @@ from angpt.data.format import (
     save_meta,
     write_shard,
 )
-from angpt.data.sources import DEFAULT_DOC_SEPARATOR, Source, StdlibSource, open_source
+from angpt.data.sources import DEFAULT_DOC_SEPARATOR, TEXT_SUFFIXES, Source, StdlibSource, open_source
 from angpt.data.splits import AUTO, auto_fractions, larger_fractions, split_value, split_warnings
 from angpt.data.tokenizer import Tokenizer, make_tokenizer, parse_tokenizer_spec, train_bpe
 from angpt.errors import DataError
@@ -467,8 +467,8 @@ def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> N
                 f"source {src.name} yielded no documents: its files are not UTF-8 text ({src.skipped[0]}"
                 f"{' and more' if len(src.skipped) > 1 else ''}); pass --encoding-errors replace or convert them"
             )
-        if files and all(f.suffix == ".txt" for f in files):
-            raise DataError(f"source {src.name} yielded no documents: its .txt files are empty; check the path")
+        if files and all(f.suffix in TEXT_SUFFIXES for f in files):
+            raise DataError(f"source {src.name} yielded no documents: its text files are empty; check the path")
         raise DataError(f"source {src.name} yielded no documents; check the path and text_field")
     if train == 0:
         raise DataError(
@@ -483,11 +483,11 @@ def _check_splits(src: Source, stats: dict, options: dict, *, capped: bool) -> N
         else:
             why = f"source {src.name} gave {total} {doc}"
             fix = "give more documents (a folder of files, or .jsonl with one per line)"
-        if any(f.suffix == ".txt" for f in getattr(src, "files", ())):
+        if any(f.suffix in TEXT_SUFFIXES for f in getattr(src, "files", ())):
             rule = options.get("doc_separator")
             how = f"cut at {rule!r}" if rule else "kept whole"
             how = "cut at blank lines" if rule == DEFAULT_DOC_SEPARATOR else how
-            why += f" (.txt files {how})"
+            why += f" (text files {how})"
         raise DataError(
             f"the validation split would be empty: {why}, and train and validation need 2 at least; {fix}, or "
             "cut the text into documents with --doc-separator REGEX; nothing was written"
@@ -595,7 +595,12 @@ def reprepare_hint(meta: dict, out_dir: str | Path) -> list[str]:
     if options.get("text_field", "text") != "text":
         argv += ["--text-field", options["text_field"]]
     source, rule = options["source"], options.get("doc_separator")
-    one_txt = source != "stdlib" and not source.startswith("hf:") and source.endswith(".txt") and Path(source).is_file()
+    one_txt = (
+        source != "stdlib"
+        and not source.startswith("hf:")
+        and source.endswith(TEXT_SUFFIXES)
+        and Path(source).is_file()
+    )
     if rule != (DEFAULT_DOC_SEPARATOR if one_txt else None):
         argv += ["--doc-separator", rule or ""]  # not what the source gets by default
     if options.get("encoding_errors", "skip") != "skip":

@@ -4,8 +4,9 @@ Source strings:
 
 * ``"stdlib"``: every ``.py`` file of the running interpreter's standard library (``site-packages`` excluded), in
   sorted path order, one document per file. No network needed.
-* a local path: a file or a folder searched recursively in sorted order, reading ``.txt``, ``.jsonl`` (one
-  document per line, field ``text_field``) and ``.parquet`` (column ``text_field``) files.
+* a local path: a file or a folder searched recursively in sorted order, reading text files (``.txt``, and
+  ``.md``, ``.rst`` and ``.py`` read the same way; below, ".txt" stands for all four), ``.jsonl`` (one document
+  per line, field ``text_field``) and ``.parquet`` (column ``text_field``) files.
 
   How ``.txt`` files become documents (``doc_separator``, recorded in ``meta.json`` as the rule applied):
 
@@ -51,7 +52,8 @@ from urllib.parse import urlparse
 
 from angpt.errors import DataError
 
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py")  # plain text files, read as .txt files are
+LOCAL_SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".parquet")
 ENCODING_ERRORS = ("skip", "replace", "strict")  # what a file that is not UTF-8 does: left out, U+FFFD, an error
 # One or more blank lines (empty or only spaces/tabs, CRLF too) after a newline; the newline stays with the block.
 DEFAULT_DOC_SEPARATOR = r"(?<=\n)(?:[ \t\r\f\v]*\n)+"
@@ -114,11 +116,14 @@ def list_stdlib_files() -> list[Path]:
 
 
 def list_local_files(path: str | os.PathLike) -> list[Path]:
-    """The readable files of a local source: the file itself, or a folder's ``.txt/.jsonl/.parquet`` files."""
+    """The readable files of a local source: the file itself, or a folder's text (:data:`TEXT_SUFFIXES`), ``.jsonl``
+    and ``.parquet`` files."""
     path = Path(path)
     if path.is_file():
         if path.suffix not in LOCAL_SUFFIXES:
-            raise DataError(f"{path} has an unsupported type; use .txt, .jsonl or .parquet files")
+            raise DataError(
+                f"{path} has an unsupported type; use text ({', '.join(TEXT_SUFFIXES)}), .jsonl or .parquet files"
+            )
         return [path]
     if not path.is_dir():
         raise DataError(f"data source {str(path)!r} does not exist; pass 'stdlib', a local path or hf:NAME")
@@ -127,7 +132,9 @@ def list_local_files(path: str | os.PathLike) -> list[Path]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         files.extend(Path(dirpath) / f for f in filenames if f.endswith(LOCAL_SUFFIXES) and f[0] != ".")
     if not files:
-        raise DataError(f"no .txt, .jsonl or .parquet files under {path}; point to a folder with text data")
+        raise DataError(
+            f"no text ({', '.join(TEXT_SUFFIXES)}), .jsonl or .parquet files under {path}; point to a folder of text"
+        )
     return sorted(files, key=lambda p: p.relative_to(path).as_posix())
 
 
@@ -195,7 +202,7 @@ class StdlibSource(Source):
 
 
 class LocalSource(Source):
-    """A local ``.txt``/``.jsonl``/``.parquet`` file or folder."""
+    """A local text, ``.jsonl`` or ``.parquet`` file or folder."""
 
     def __init__(
         self, path: Path, text_field: str = "text", doc_separator: str | None = None, encoding_errors: str = "skip"
@@ -203,7 +210,7 @@ class LocalSource(Source):
         super().__init__(str(path), text_field, encoding_errors)
         self.files = list_local_files(path)
         self._root = path if path.is_dir() else path.parent
-        has_txt = any(f.suffix == ".txt" for f in self.files)
+        has_txt = any(f.suffix in TEXT_SUFFIXES for f in self.files)
         if doc_separator is None:
             doc_separator = DEFAULT_DOC_SEPARATOR if path.is_file() and has_txt else ""
         elif doc_separator and not has_txt:
@@ -214,7 +221,7 @@ class LocalSource(Source):
     def __iter__(self) -> Iterator[str]:
         self.skipped = []
         for f in self.files:
-            if f.suffix == ".txt":
+            if f.suffix in TEXT_SUFFIXES:
                 text = _decode(f, f.read_bytes(), self.encoding_errors)
                 if text is None:
                     self.skipped.append(f.relative_to(self._root).as_posix())
