@@ -203,3 +203,34 @@ def test_a_missing_checkpoint_names_the_ones_that_exist(run, tmp_path, capsys):
     # elsewhere there is nothing to list
     line = one_line_error(capsys, main(["generate", str(tmp_path / "nope"), "--prompt", "a"]), "does not exist")
     assert "holds" not in line
+
+
+# ---------------------------------------------------------------------------------------------- train --out
+def test_train_refuses_a_full_folder_that_holds_no_run(data_dir, tmp_path, capsys):
+    """Issue 55: `angpt train --out x` into a non-empty folder that is no run trained there without a word (with or
+    without --resume auto); `angpt compare` refuses the same. One line, nothing written."""
+    from .test_train import TINY, run_cli
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    for resume in ([], ["--resume", "auto"]):
+        line = one_line_error(
+            capsys, run_cli("--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, *resume), str(out)
+        )
+        assert "not empty and holds no run" in line
+        assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_resume_auto_into_a_new_folder_says_it_starts_fresh(data_dir, tmp_path, capsys):
+    """Issue 55: `--resume auto` with a misspelled --out started at step 0 silently; it says so in one line, and
+    resuming the run it wrote says nothing of the kind."""
+    from .test_train import TINY, run_cli
+
+    out = tmp_path / "new"
+    args = ("--arch", "gpt+", "--data", data_dir, *TINY, "--out", out, "--resume", "auto", "--train.max_steps", "1")
+    assert run_cli(*args) == 0
+    fresh = [x for x in capsys.readouterr().err.splitlines() if "nothing to resume" in x]
+    assert fresh == [f"angpt train: nothing to resume in {out}, starting fresh"]
+    assert run_cli(*args[:-1], "2") == 0
+    assert "nothing to resume" not in capsys.readouterr().err

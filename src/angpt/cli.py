@@ -154,6 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             if warning:
                 print(f"angpt train: warning: {warning}", file=sys.stderr)
         return 0
+    _check_out(cfg.out, cfg.resume)
     from angpt.train.dist import pick_device
 
     device = pick_device(cfg.train.device, int(os.environ.get("LOCAL_RANK", "0")))  # before --out is created
@@ -272,6 +273,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export_hf(model, args.out, tokenizer, dtype=args.dtype, format=args.hf_format, overwrite=args.overwrite)
     print(f"exported {model.config.arch} to {out}; load it with transformers:\n{load_lines(out)}")
     return 0
+
+
+RUN_FILES = {"config.json", "metrics.jsonl", "checkpoints"}  # what a folder that holds a run has, one at least
+
+
+def _check_out(out: str | None, resume: str | None) -> None:
+    """--out names a new folder, an empty one or a run's (angpt compare refuses the same); --resume auto with no
+    checkpoint there says, in one line, that the run starts fresh (a misspelled --out would do so silently)."""
+    if out is None:
+        return
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {out} is a file; pass a folder")
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if names and not names & RUN_FILES:
+        raise UserError(
+            f"--out {out} is not empty and holds no run (no config.json, metrics.jsonl or checkpoints/); "
+            "choose a new or empty folder"
+        )
+    if resume == "auto" and "checkpoints" not in names and int(os.environ.get("RANK", "0")) == 0:
+        print(f"angpt train: nothing to resume in {out}, starting fresh", file=sys.stderr)
 
 
 def load_lines(folder: Path) -> str:
@@ -446,7 +468,8 @@ def _add_prepare(sub, help: str) -> None:
     s.add_argument(
         "--source",
         default="stdlib",
-        help="stdlib | PATH (.txt/.jsonl/.parquet file or folder) | hf:NAME (default: %(default)s)",
+        help="stdlib | PATH (a file or folder of .txt/.md/.rst/.py text, .jsonl or .parquet) | hf:NAME "
+        "(default: %(default)s)",
     )
     s.add_argument("--tokenizer", default="bpe:4096", help="bytes | bpe:N | hf:NAME_OR_PATH (default: %(default)s)")
     s.add_argument("--out", required=True, help="the dataset folder to write (required)")
