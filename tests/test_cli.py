@@ -38,6 +38,18 @@ def test_generate_is_deterministic_and_cache_free_path_agrees(run_dir, capsys):
     assert capsys.readouterr().out == first and len(first.strip()) > 0
 
 
+def test_generate_prints_the_prompt_then_its_continuation_and_a_newline(run_dir, capsys):
+    """Issue 55: generate printed the continuation alone and ended without a newline; it reads as a completion,
+    the prompt first, ends its line, and --no-echo prints the continuation alone."""
+    args = ["generate", str(run_dir), "--prompt", "the quick", "--max-new-tokens", "6", "--temperature", "0"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert main([*args, "--no-echo"]) == 0
+    alone = capsys.readouterr().out
+    assert out.startswith("the quick") and out.endswith("\n") and alone.endswith("\n")
+    assert out == "the quick" + alone and len(alone.strip()) > 0
+
+
 def test_generate_prompt_longer_than_context(run_dir, capsys):
     one_line_error(capsys, main(["generate", str(run_dir), "--prompt", "x" * 500]), "context")
 

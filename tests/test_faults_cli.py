@@ -224,17 +224,30 @@ def test_a_misspelt_flag_is_an_error_not_a_prefix(data_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["generate", "x", "--max-new", "5"])
     assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: angpt generate") and "--max-new" in err
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("angpt generate: error:") and "--max-new" in err[0], err
 
 
-def test_compare_typo_shows_compares_usage(capsys):
+def test_compare_typo_is_one_line_that_names_compares_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["compare", "--data", "d", "--out", "o", "--bugdets", "1M"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("usage: angpt compare"), err
-    assert "--bugdets" in err[-1] and err[-1].startswith("angpt compare: error:"), err
+    assert len(err) == 1 and err[0].startswith("angpt compare: error:") and "--bugdets" in err[0], err
+    assert err[0].endswith("see angpt compare --help"), err
+
+
+@pytest.mark.parametrize("verb", [["compare"], ["scaling", "--depths", "2,3,4"]])
+def test_a_negative_budget_is_one_line(verb, capsys):
+    """Issue 55: `--budgets -16Ki` printed argparse's 20-line usage (the value taken for a flag); one line says how
+    such a value is written, and written so it is refused as a token count."""
+    with pytest.raises(SystemExit) as e:
+        main([*verb, "--data", "d", "--out", "o", "--budgets", "-16Ki"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--budgets=VALUE" in err[0], err
+    rc = main([*verb, "--data", "d", "--out", "o", "--budgets=-16Ki"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "-16Ki" in err[0], err
 
 
 # ----------------------------------------------------------------------------------- 4. lm-eval tasks offline
@@ -340,3 +353,20 @@ def test_signal_stop_exits_128_plus_signal(fields, code, data_dir, tmp_path, cap
     _fake_train(monkeypatch, **fields)
     assert train(data_dir, tmp_path / "r") == code
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"{fields['status']} at step 24")
+
+
+@pytest.mark.parametrize(
+    ("arms", "setting", "meant"),
+    [
+        ("gpt+,angpt", "model.d_modle=64", "'d_model'"),
+        ("gpt+,angpt", "train.grad_clp=0.5", "'grad_clip'"),
+        ("gpt+,angpt[nu_at=none]", None, "'nu_att'"),
+    ],
+)
+def test_compare_names_the_key_a_typo_meant(arms, setting, meant, capsys):
+    """Issue 55: `angpt train` says "did you mean" of a mistyped key; `compare --set` and an arm's options said only
+    the list of valid keys."""
+    extra = ["--set", setting] if setting else []
+    rc = main(["compare", "--data", "d", "--out", "o", "--arms", arms, "--budgets", "16Ki", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"(did you mean {meant}?)" in err[0], err

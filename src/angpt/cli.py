@@ -434,6 +434,16 @@ VERBS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (bad input gets one line, not the 20-line usage) that points
+    to --help."""
+
+    def error(self, message: str):
+        if "expected one argument" in message:  # `--budgets -16Ki`: argparse takes the value for a flag
+            message += f" (a value that starts with '-' is written {message.split()[1].rstrip(':')}=VALUE)"
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The `angpt` parser: every verb named with its help line, and the whole parser of `verb` alone (None: none),
     so that a command loads only its own code (`angpt train --help` loads no study and no torch)."""
@@ -441,7 +451,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
     # allow_abbrev=False on every parser: with prefix matching `--resum auto` silently means `--resume auto`, and a
     # misspelt flag of `train` (whose unknown flags are config overrides) could become another flag.
-    p = argparse.ArgumentParser(prog="angpt", description=__doc__, allow_abbrev=False)
+    p = _Parser(prog="angpt", description=__doc__, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"angpt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (help, where) in VERBS.items():
@@ -569,7 +579,13 @@ def _add_generate(sub, help: str) -> None:
     s.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     s.add_argument("--no-cache", action="store_true", help="recompute the prefix every step (reference path)")
     s.add_argument("--compile", action="store_true", help="torch.compile the cached decoding step (long outputs)")
-    s.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
+    s.add_argument(
+        "--echo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print the prompt before the continuation, as a text completion reads (default: on; --no-echo: only "
+        "the continuation)",
+    )
     s.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cpu)")
     s.set_defaults(func=cmd_generate)
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from angpt.errors import ConfigError, UserError
+from angpt.errors import ConfigError, UserError, did_you_mean
 from angpt.models import registry
 from angpt.train.config import load_yaml
 
@@ -151,7 +151,8 @@ def parse_arm(text: str) -> Arm:
         if section in ("", "model"):
             if name not in model_keys:
                 raise UserError(
-                    f"arm {text!r}: unknown model key {name!r}; valid keys: {', '.join(sorted(model_keys))}"
+                    f"arm {text!r}: unknown model key {name!r}{did_you_mean(name, model_keys)}; "
+                    f"valid keys: {', '.join(sorted(model_keys))}"
                 )
             model[name] = value
         elif section == "train":
@@ -216,11 +217,15 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
         section, _, name = key.rpartition(".")
         if section in ("", "model"):
             if name not in model_keys:
-                raise UserError(f"--set {item!r}: unknown model key {name!r}; valid: {', '.join(sorted(model_keys))}")
+                raise UserError(
+                    f"--set {item!r}: unknown model key {name!r}{did_you_mean(name, model_keys)}; "
+                    f"valid: {', '.join(sorted(model_keys))}"
+                )
             out[f"model.{name}"] = value
         elif section == "train":
             if name not in SETTINGS_TRAIN_KEYS:
                 hint = f"; use {_PLAN_FLAG[name]}" if name in _PLAN_FLAG else ""
+                hint = hint or did_you_mean(name, SETTINGS_TRAIN_KEYS)
                 raise UserError(
                     f"--set {item!r}: train.{name} is not settable here{hint}; "
                     f"settable: {', '.join(sorted(SETTINGS_TRAIN_KEYS))}"
