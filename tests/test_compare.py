@@ -323,8 +323,12 @@ def test_whole_comparison_writes_every_output(compared):
     assert len(report.trained) == 2 * 3 + 2 * 3  # 3 sweep runs + 3 more main runs per arm
 
 
-def test_rerun_skips_finished_runs_and_finishes_unrecorded_ones(compared, monkeypatch):
-    plan, out, _ = compared
+def test_rerun_skips_finished_runs_and_finishes_unrecorded_ones(compared, monkeypatch, tmp_path):
+    """On a copy of the shared comparison: the tests that read it see it as it was made, in any order (issue 55)."""
+    import shutil
+
+    plan, shared, _ = compared
+    out = shutil.copytree(shared, tmp_path / "rep")
     from angpt.train import loop
 
     calls, real = [], loop.train
