@@ -5,6 +5,10 @@ them out (marker `slurm`)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +40,21 @@ def losses(folder: Path) -> dict[str, float]:
         str(p.parent.relative_to(folder)): json.loads(p.read_text())["val_loss"]
         for p in sorted(folder.glob("runs/**/result.json"))
     }
+
+
+def job_ids(folder: Path) -> dict[Path, str]:
+    """{run folder: the job that trains it} (slurm_job.json)."""
+    return {p.parent: json.loads(p.read_text())["job_id"] for p in folder.glob("runs/**/" + slurm.JOB_FILE)}
+
+
+def wait_for(what, seconds: float = 120):
+    """what(), once it is true; fails the test after `seconds`."""
+    deadline = time.time() + seconds
+    while not (found := what()):
+        if time.time() > deadline:
+            pytest.fail(f"waited {seconds} s in vain for {what.__doc__ or what}")
+        time.sleep(0.2)
+    return found
 
 
 def job_starts(folder: Path) -> dict[str, int]:
@@ -172,6 +191,108 @@ def test_ctrl_c_leaves_the_jobs_tracked_or_with_the_flag_cancels_them(data_dir, 
             assert "re-run the same command to attach" in err, err
             slurm.cancel(sorted(alive))
         assert not [job for job, _ in queued() if job not in named | earlier]
+
+
+@needs_slurm
+def test_a_job_cancelled_before_it_started_stops_the_study_saying_so(data_dir, tmp_path):
+    """scancel a running job: its worker saves and the run is submitted again, in one line; scancel that job while it
+    waits (a job of another user holds the node): the first job's exit 130, in the same run's logs, does not count.
+    The study stops saying it was cancelled before it started, never 'exit None' (report.md neither), and names the
+    study's job it leaves running."""
+    cpus = int(subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0])
+    hold = ["sbatch", "--parsable", "--job-name=blocker", f"--cpus-per-task={cpus - 1}", "--output=/dev/null",
+            "--wrap=sleep 600"]  # fmt: skip
+    blocker = subprocess.run(hold, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    out = tmp_path / "study"
+    args = compare_args(data_dir, out, "--executor", "slurm", "--slurm.poll-s", "0.5")
+    args[args.index("4Ki")] = "256Ki"  # long enough to be cancelled while it trains
+    driver = subprocess.Popen([sys.executable, "-m", "angpt", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(lambda: slurm.alive([blocker]).get(blocker) == "RUNNING")
+        ckpt = wait_for(lambda: next(out.glob("runs/**/checkpoints/step_*"), None))  # one CPU left: one runs
+        run = ckpt.parents[1]
+        first = job_ids(out)[run]
+        (other,) = [j for d, j in job_ids(out).items() if d != run]
+        subprocess.run(["scancel", first], check=True)
+        again = wait_for(lambda: job_ids(out)[run] != first and job_ids(out)[run])
+        assert slurm.alive([again]).get(again) == "PENDING"  # the other run's job took the CPU
+        subprocess.run(["scancel", again], check=True)
+        _, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+        slurm.cancel([blocker, *job_ids(out).values()])
+    lines = err.strip().splitlines()
+    assert driver.returncode == 2, err[-3000:]
+    assert [x for x in lines if "submitted again" in x and first in x and again in x], err
+    assert lines[-1].endswith(f"(Slurm job {again}, cancelled before it started)") and "None" not in err, err
+    assert [x for x in lines if "stay queued or running" in x and other in x], err
+    failed = (out / "report.md").read_text().split("## Failed runs")[1]
+    assert "cancelled before it started" in failed and "None" not in failed, failed
+
+
+class FakeSlurm:
+    """sbatch, squeue and scancel stood in for (study/slurm.py's submit, alive, cancel): job ids from `first` on, each
+    job queued until the test ends it; one that ran writes what a real one would to the log its script names."""
+
+    def __init__(self, monkeypatch, first: int, most: int = 10):
+        self.next, self.most, self.scripts, self.gone = first, most, {}, set()
+        self.on_poll = lambda: None
+        monkeypatch.setattr(slurm, "submit", self.submit)
+        monkeypatch.setattr(slurm, "alive", self.alive)
+        monkeypatch.setattr(slurm, "cancel", self.gone.update)
+
+    def submit(self, text: str, name: str, options) -> str:
+        if len(self.scripts) == self.most:
+            pytest.fail(f"more than {self.most} jobs submitted")
+        job, self.next = str(self.next), self.next + 1
+        self.scripts[job] = text
+        return job
+
+    def alive(self, job_ids, reasons=None):
+        if not job_ids:  # the driver's first look, for jobs of an earlier driver
+            return {}
+        self.on_poll()
+        return {j: "PENDING" for j in job_ids if j not in self.gone}
+
+    def end(self, job: str, status: int | None = None) -> None:
+        """`job` leaves the queue: after its worker exited with `status`, or (None) before it started."""
+        if status is not None:
+            (output,) = [x.split("=", 1)[1] for x in self.scripts[job].splitlines() if x.startswith("#SBATCH --output")]
+            with open(output.replace("%j", job), "a") as log:
+                log.write(f"angpt: job {job} on here, start 0\n{slurm.EXIT_MARK} {status}\n")
+        self.gone.add(job)
+
+
+def test_only_a_jobs_own_exit_decides_what_follows_it(data_dir, tmp_path, capsys, monkeypatch):
+    """Jobs 9 and 10; 9's worker is stopped by a signal after saving (exit 130): its run goes to Slurm again as job
+    11, said in one line. 11 leaves the queue before it starts: 9's 130 does not make it a third job; the study
+    stops saying so (report.md too, never 'None') and names job 10, which it leaves queued. The report says what
+    each Slurm job was given, not --jobs."""
+    fake = FakeSlurm(monkeypatch, 9, most=3)
+    fates = iter([lambda: fake.end("9", 130), lambda: fake.end("11")])
+    fake.on_poll = lambda: next(fates, lambda: None)()
+    out = tmp_path / "study"
+    assert main(compare_args(data_dir, out, "--executor", "slurm", "--slurm.poll-s", "0.01", "--jobs", "2")) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len([x for x in lines if "submitted again" in x]) == 1 and "None" not in "\n".join(lines), lines
+    assert lines[-1].endswith("(Slurm job 11, cancelled before it started)"), lines
+    assert [x for x in lines if x.startswith("Slurm job(s) 10 stay queued or running")], lines
+    report = (out / "report.md").read_text()
+    assert "cancelled before it started" in report.split("## Failed runs")[1]
+    machine = next(x for x in report.splitlines() if x.startswith("- machine:"))
+    assert "job(s) x" not in machine and "Slurm: each run a job of 1 rank(s) x 1 thread(s)" in machine, machine
+
+
+def test_ctrl_c_names_the_jobs_left_in_numeric_order(data_dir, tmp_path, capsys, monkeypatch):
+    fake = FakeSlurm(monkeypatch, 9)
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    fake.on_poll = ctrl_c
+    assert main(compare_args(data_dir, tmp_path / "s", "--executor", "slurm", "--slurm.poll-s", "0.01")) == 130
+    assert "Slurm job(s) 9, 10 stay queued or running" in capsys.readouterr().err
 
 
 def test_without_slurm_the_slurm_flags_say_what_they_need(data_dir, tmp_path, capsys, monkeypatch):
@@ -399,3 +520,83 @@ def test_the_cluster_example_in_the_docs_plans_what_the_docs_say(data_dir, tmp_p
     assert len(first) == len(shown)
     for mine, theirs in zip(first, shown):
         assert _re.sub(r"/[^\s'\"]*", "/P", mine) == _re.sub(r"/[^\s'\"]*", "/P", theirs), (mine, theirs)
+
+
+@needs_slurm
+def test_the_local_cluster_example_in_the_docs_runs_as_written(data_dir, tmp_path, monkeypatch):
+    """docs/compare.md's example for the one-node Slurm of `make slurm-up`, run as written (its data: the test
+    corpus): it finishes; its report says what each Slurm job got, not --jobs; every job it ran is in the job
+    completion log the page points to."""
+    text = (Path(__file__).parents[1] / "docs" / "compare.md").read_text()
+    section = text[text.index("### Try it on this machine") : text.index("## What it writes")]
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[0].replace("\\\n", " ")
+    (command,) = [line for line in block.splitlines() if line.startswith("angpt compare")]
+    argv = shlex.split(command, comments=True)[1:]
+    argv[argv.index("--data") + 1] = str(data_dir)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    out = tmp_path / argv[argv.index("--out") + 1]
+    machine = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- machine:"))
+    assert "job(s) x" not in machine and "Slurm: each run a job of 1 rank(s)" in machine, machine
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    settings = dict(re.findall(r"^(\w+)\s*=\s*(\S*)", config, re.M))
+    assert settings["JobCompType"] == "jobcomp/filetxt" and settings["JobCompLoc"] in section
+    ended = Path(settings["JobCompLoc"]).read_text()
+    for job in job_ids(out).values():
+        assert re.search(rf"^JobId={job} .*JobState=COMPLETED", ended, re.M), job
+
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "slurm.sh"
+PID_FILES = {"slurmctld": "slurmctld.pid", "slurmd": "slurmd.pid", "munged": "munge/munged.pid"}
+
+
+def running(pid: int, name: str) -> bool:
+    """Whether process `pid` is a `name` that runs (not a zombie left for its parent to reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return f"({name}) " in stat and f"({name}) Z" not in stat
+
+
+def own_daemon(name: str) -> int | None:
+    """The pid of scripts/slurm.sh's `name` (slurmctld, slurmd, munged) while it runs: its pid file names it."""
+    try:
+        pid = int((Path("/var/spool/angpt-slurm") / PID_FILES[name]).read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if running(pid, name) else None
+
+
+@needs_slurm
+def test_the_local_slurm_script_leaves_running_daemons_be_and_stops_only_its_own(tmp_path):
+    """`slurm.sh up` with its daemons running leaves their config alone (a config that differs from its own it
+    rewrites, restarting them); `slurm.sh down` stops the daemons whose pid files it wrote (munged too, if it started
+    it) and no other process of those names. Last in this file: it restarts the Slurm the others use."""
+    if os.geteuid() != 0 or own_daemon("slurmctld") is None:
+        pytest.skip("needs root and a Slurm that scripts/slurm.sh started")
+
+    def script(verb: str) -> None:
+        res = subprocess.run(["bash", str(SCRIPT), verb], capture_output=True, text=True, timeout=180)
+        assert res.returncode == 0, res.stderr
+
+    conf = Path("/etc/slurm/slurm.conf")
+    before = (conf.stat().st_mtime_ns, own_daemon("slurmctld"), own_daemon("slurmd"))
+    script("up")
+    assert (conf.stat().st_mtime_ns, own_daemon("slurmctld"), own_daemon("slurmd")) == before
+    text = conf.read_text()
+    conf.write_text(text + "# edited by hand\n")
+    script("up")
+    assert conf.read_text() == text and own_daemon("slurmctld") not in (None, before[1])
+    shutil.copy("/bin/sleep", tmp_path / "slurmd")
+    other = subprocess.Popen([str(tmp_path / "slurmd"), "600"])  # a slurmd this script did not start
+    munged = own_daemon("munged")
+    try:
+        script("down")
+        assert other.poll() is None, "slurm.sh down stopped a slurmd it did not start"
+        assert own_daemon("slurmctld") is None and own_daemon("slurmd") is None
+        assert munged is None or not running(munged, "munged")
+    finally:
+        other.kill()
+        other.wait()
+        script("up")

@@ -170,16 +170,28 @@ def run_log(plan: Plan, report_dir: Path, spec: RunSpec) -> Path:
     return Path(report_dir) / "logs" / f"{name}.log"
 
 
+def job_log(plan: Plan, report_dir: Path, spec: RunSpec, job: str = "%j") -> Path:
+    """The log of one Slurm job of the run (`%j`: sbatch puts the job's id there). Each job has its own, so that what
+    ended a job is read from that job alone, never from an earlier job of the same run."""
+    log = run_log(plan, report_dir, spec)
+    return log.with_name(f"{log.stem}.job{job}.log")
+
+
 def job_script(plan: Plan, report_dir: Path, spec: RunSpec, options: Any) -> str:
     """The Slurm batch script of one run (study/slurm.py), as `--executor slurm` submits it and `--dry-run` shows it:
     the worker reads the plan from the study's logs/slurm-plan.json (PLAN_FOR_JOBS)."""
     from angpt.study import slurm
 
     worker = worker_command(report_dir, spec, options.threads, Path(report_dir) / PLAN_FOR_JOBS)
-    return slurm.script(worker, spec.name(), run_log(plan, report_dir, spec), options)
+    return slurm.script(worker, spec.name(), job_log(plan, report_dir, spec), options)
 
 
 PLAN_FOR_JOBS = "logs/slurm-plan.json"  # in a study's folder: the plan its Slurm jobs read
+
+
+def _left_in_slurm(job_ids: list[str]) -> str:
+    return (f"Slurm job(s) {', '.join(job_ids)} stay queued or running; re-run the same command to attach to them, "
+            f"or scancel {' '.join(job_ids)}")  # fmt: skip
 
 
 HELD = (signal.SIGINT, signal.SIGTERM)  # what held_signals holds
@@ -391,20 +403,22 @@ class Runner:
     def _run_slurm(self, todo: list[RunSpec]) -> None:
         """Each run as one Slurm job (study/slurm.py), up to `max_jobs` in Slurm at once; a run whose recorded job
         is still queued or running is attached to, not submitted again. A job that leaves the queue without the
-        run's result failed (its log's last line is the error), unless its worker was interrupted (exit 130: a
-        signal, its checkpoint saved), which is submitted again and resumes. Ctrl-C leaves the jobs to Slurm (a
-        re-run attaches to them) or cancels them: --slurm.cancel, or the answer asked for at a terminal."""
+        run's result failed (_slurm_job_ended), unless its worker was interrupted, which is submitted again and
+        resumes. A study that stops names the jobs it leaves in Slurm. Ctrl-C leaves the jobs to Slurm (a re-run
+        attaches to them) or cancels them: --slurm.cancel, or the answer asked for at a terminal."""
         from angpt.study import slurm
 
         opts = self.slurm
         (self.report_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.report_dir / PLAN_FOR_JOBS).write_text(json.dumps(self.plan.to_dict()))
+        slurm.record_options(self.report_dir, opts)
         recorded = {s: slurm.recorded_job(self._dir(s)) for s in todo}
         still = slurm.alive([j for j in recorded.values() if j])
         jobs = {s: j for s, j in recorded.items() if j in still}  # attached: queued or running already
         for spec in jobs:
             self.progress.start(self._dir(spec), spec)
         queue = [s for s in todo if s not in jobs]
+        stopped: dict[RunSpec, str] = {}  # runs to submit again: the job a signal stopped (its checkpoint saved)
         old = None  # SIGINT stops this loop even where the driver started with it ignored (`cmd &` in a script)
         if threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -416,6 +430,9 @@ class Runner:
                     with held_signals():  # a job Slurm has is named by its run folder before Ctrl-C may stop us
                         jobs[spec] = slurm.submit(job_script(self.plan, self.report_dir, spec, opts), spec.name(), opts)
                         slurm.record_job(self._dir(spec), jobs[spec], spec.name())
+                    if spec in stopped:
+                        print(f"run {spec.name()}: Slurm job {stopped.pop(spec)} was stopped by a signal and saved; "
+                              f"submitted again as job {jobs[spec]}", file=sys.stderr)  # fmt: skip
                     self.progress.start(self._dir(spec), spec)
                 time.sleep(opts.poll_s)
                 reasons: dict[str, str] = {}
@@ -424,35 +441,50 @@ class Runner:
                 if stuck:  # waiting would be forever: cancel those, say why in one line; the others stay tracked
                     slurm.cancel(list(stuck.values()))
                     spec, job = next(iter(stuck.items()))
+                    jobs = {s: j for s, j in jobs.items() if s not in stuck}
                     more = f" and {len(stuck) - 1} more" if len(stuck) > 1 else ""
                     why = slurm.NEVER_STARTS[reasons[job]]
                     raise UserError(f"Slurm will not start run {spec.name()}{more} (job {job}, {reasons[job]}): {why}")
-                finished = {s: j for s, j in jobs.items() if j not in states}
-                for spec in finished:
-                    jobs.pop(spec)
-                    rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
-                    if rec is not None:
-                        self._record(spec, rec)
-                        continue
-                    log, job = self._log(spec), finished[spec]
-                    status = slurm.worker_exit(log)
-                    if status == INTERRUPTED_EXIT:  # stopped by a signal, checkpoint saved
+                for spec, job in [(s, j) for s, j in jobs.items() if j not in states]:
+                    del jobs[spec]
+                    if self._slurm_job_ended(spec, job):
+                        stopped[spec] = job
                         queue.insert(0, spec)
-                        continue
-                    last = record_failure(self._dir(spec), exit_status=status, log=log, job_id=job)
-                    raise RunFailed(f"run {spec.name()} failed (Slurm job {job}, exit {status}): {last} (log: {log})")
         except KeyboardInterrupt:
-            left = sorted(jobs.values())
+            left = slurm.in_order(jobs.values())
             if left and (opts.cancel or ask_cancel(left)):
                 slurm.cancel(left)
                 print(f"\ncancelled Slurm job(s) {', '.join(left)}; re-running resumes them", file=sys.stderr)
             elif left:
-                print(f"\nSlurm job(s) {', '.join(left)} stay queued or running; re-run the same command to attach "
-                      f"to them, or scancel {' '.join(left)}", file=sys.stderr)  # fmt: skip
+                print("\n" + _left_in_slurm(left), file=sys.stderr)
+            raise
+        except UserError:
+            if jobs:
+                print(_left_in_slurm(slurm.in_order(jobs.values())), file=sys.stderr)
             raise
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+
+    def _slurm_job_ended(self, spec: RunSpec, job: str) -> bool:
+        """`job`, of run `spec`, has left Slurm's queue: its result is recorded, or True where its worker was stopped
+        by a signal after saving (exit 130: submit the run again, it resumes); otherwise RunFailed, saying how it
+        ended, from that job's own log only."""
+        from angpt.study import slurm
+
+        rec = load_record(self._dir(spec), self.plan.steps(spec.budget))
+        if rec is not None:
+            self._record(spec, rec)
+            return False
+        log = job_log(self.plan, self.report_dir, spec, job)
+        status = slurm.worker_exit(log)
+        if status == INTERRUPTED_EXIT:
+            return True
+        last = record_failure(self._dir(spec), exit_status=status, log=log, job_id=job)
+        if not slurm.started(log):
+            raise RunFailed(f"run {spec.name()} never trained (Slurm job {job}, cancelled before it started)")
+        ended = f"exit {status}" if status is not None else "no exit status: killed before its worker ended"
+        raise RunFailed(f"run {spec.name()} failed (Slurm job {job}, {ended}): {last} (log: {log})")
 
     @staticmethod
     def _stop(running: dict, told: set, timeout: float = 120.0) -> None:

@@ -18,12 +18,15 @@ import os
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from angpt.errors import UserError
 
 JOB_FILE = "slurm_job.json"  # in a run's folder: the job that trains it
+OPTIONS_FILE = "logs/slurm-options.json"  # in a study's folder: what its jobs asked of Slurm, for the report
+START_MARK = "angpt: job "  # a job's first line, each time it starts
 EXIT_MARK = "angpt-worker-exit"  # the job's last line: the worker's exit status
 ALIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED",
          "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD")  # fmt: skip
@@ -137,9 +140,9 @@ def _flag(name: str) -> str:
 
 def script(worker: list[str], name: str, log: Path, options: SlurmOptions) -> str:
     """The batch script of one run: the `worker` command (study/execute.py's worker_command, its plan from a file),
-    its output into `log` (appended: a requeued job keeps what its first start said), its exit status as the last
-    line. `exec` is not used: the shell must outlive the worker to write that line, and it passes SIGTERM on
-    (--signal=B:TERM) by `wait`.
+    its output into `log` (a pattern with sbatch's %j: each job its own; appended, so a requeued job keeps what its
+    first start said), its exit status as the last line. `exec` is not used: the shell must outlive the worker to
+    write that line, and it passes SIGTERM on (--signal=B:TERM) by `wait`.
 
     A run of several ranks starts them with `srun`, one task each, told their place by Slurm's environment
     (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID: the worker's --ranks-from-slurm) and meeting at the job's first
@@ -151,7 +154,7 @@ def script(worker: list[str], name: str, log: Path, options: SlurmOptions) -> st
     lines += [
         f"cd {shlex.quote(os.getcwd())}",
         f"export OMP_NUM_THREADS={options.threads} MKL_NUM_THREADS={options.threads}",
-        'echo "angpt: job $SLURM_JOB_ID on $(hostname), start ${SLURM_RESTART_COUNT:-0}"',
+        f'echo "{START_MARK}$SLURM_JOB_ID on $(hostname), start ${{SLURM_RESTART_COUNT:-0}}"',
     ]
     if options.ranks_per_run > 1:
         lines += [
@@ -233,6 +236,26 @@ def cancel(job_ids: list[str]) -> None:
         _slurm(["scancel", *job_ids])
 
 
+def in_order(job_ids: Iterable[str]) -> list[str]:
+    """Job ids in the order Slurm gave them: as numbers, not as text ("9, 10", not "10, 9")."""
+    return sorted(job_ids, key=lambda j: (len(j), j))
+
+
+def record_options(folder: Path, options: SlurmOptions) -> None:
+    """Keep what the study's jobs ask of Slurm in its folder: its report says it where --jobs would be."""
+    path = Path(folder) / OPTIONS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(options)) + "\n")
+
+
+def recorded_options(folder: Path) -> dict | None:
+    """What the study's jobs in `folder` asked of Slurm (record_options), or None: its runs never went to Slurm."""
+    try:
+        return json.loads((Path(folder) / OPTIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def record_job(run_dir: Path, job_id: str, name: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "name": name}) + "\n")
@@ -246,13 +269,22 @@ def recorded_job(run_dir: Path) -> str | None:
 
 
 def worker_exit(log: Path) -> int | None:
-    """The worker's exit status from its job's log (the last EXIT_MARK line), None if it never wrote one."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    marks = [x for x in lines if x.startswith(EXIT_MARK + " ")]
+    """The worker's exit status from its job's own log (the last EXIT_MARK line: a requeued job's last start's),
+    None if the job never wrote one."""
+    marks = [x for x in _lines(log) if x.startswith(EXIT_MARK + " ")]
     return int(marks[-1].split()[1]) if marks else None
+
+
+def started(log: Path) -> bool:
+    """Whether a job's own log says it started (START_MARK): one cancelled while it waited has none."""
+    return any(x.startswith(START_MARK) for x in _lines(log))
+
+
+def _lines(log: Path) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def available() -> str | None:

@@ -544,6 +544,13 @@ def _missing(row: dict[str, Any], n_seeds: int) -> str | None:
 
 
 def _jobs(report: dict[str, Any]) -> str:
+    """How the runs shared out the CPUs: --jobs x --threads here, or what each Slurm job asked for."""
+    slurm = report.get("slurm")
+    if slurm:  # --jobs and --threads do not reach a Slurm job
+        ranks, cpus, gpus = slurm["ranks_per_run"], slurm["cpus_per_run"], slurm["gpus_per_run"]
+        most = f"at most {slurm['max_jobs']} in Slurm at once" if slurm["max_jobs"] else "no limit on jobs at once"
+        return (f"Slurm: each run a job of {ranks} rank(s) x {cpus // ranks} thread(s) ({cpus} CPU(s)"
+                f"{f', {gpus} GPU(s)' if gpus else ''}), {most}")  # fmt: skip
     if report.get("jobs") is None:  # rewritten from a store whose runs left no earlier report
         return "jobs x threads not recorded"
     return f"{report['jobs']} job(s) x {report['threads']} thread(s)"
@@ -587,7 +594,10 @@ def _failures(rows: list[dict[str, Any]]) -> list[str]:
         f = r["failure"]
         job = f" (Slurm job {f['job_id']})" if f.get("job_id") else ""
         name = f"{r['arm']} {format_tokens(r['budget'])} tokens seed {r['seed']} lr {format_lr(r['lr'])}"
-        lines += ["", f"### Failed: {name}", "", f"Exit status {f.get('exit')}{job}; the end of its log, {f['log']}:"]
+        status = f"Exit status {f['exit']}"
+        if f.get("exit") is None:  # only a Slurm job ends so: its log says which (empty: it never started)
+            status = "No exit status: cancelled before it started, or killed before its worker ended"
+        lines += ["", f"### Failed: {name}", "", f"{status}{job}; the end of its log, {f['log']}:"]
         lines += ["", "```", *f["tail"], "```"]
     if rows:
         lines = ["", "## Failed runs", "", "Re-running the same command tries each again."] + lines

@@ -18,6 +18,7 @@ from angpt.study.comparison.samples import render_samples, sample_arms
 from angpt.study.driver import Executed, Report, Unit
 from angpt.study.machine import dataset_summary, machine_info
 from angpt.study.plan import Plan
+from angpt.study.slurm import recorded_options
 from angpt.study.store import RunSpec, clean_json, write_json, write_text
 from angpt.study.stored import Stored, read_store
 from angpt.study.sweep import Runs, Sweeps, lr_check
@@ -66,6 +67,7 @@ def write_report(
         "machine": machine or machine_info(plan.dtype, plan.device),
         "jobs": jobs,
         "threads": threads,
+        "slurm": recorded_options(report_dir),  # runs trained as Slurm jobs: what each asked (--jobs did not apply)
         "jobs_measurement": jobs_measurement,
         "plan": plan.to_dict(),
         "dataset": dataset_summary(meta) or _fingerprinted(plan),
