@@ -16,7 +16,7 @@ import angpt
 from angpt import checkpoint as ckpt
 from angpt.cli import main
 from angpt.errors import CheckpointError
-from angpt.hf import export as export_mod
+from angpt.hf import folder as export_folder
 from angpt.hf.export import MARKER, export_hf, import_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -447,7 +447,7 @@ def test_re_export_failing_while_moving_files_restores_the_previous_export(model
             raise OSError(errno.EIO, "I/O error")
         return real(src, dst)
 
-    monkeypatch.setattr(export_mod.os, "replace", flaky)
+    monkeypatch.setattr(export_folder.os, "replace", flaky)
     with pytest.raises(CheckpointError) as e:
         export_hf(folded, out, tok, overwrite=True)
     one_line(e, "could not write the export", "I/O error", "nothing there changed")

@@ -275,7 +275,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-RUN_FILES = {"config.json", "metrics.jsonl", "checkpoints"}  # what a folder that holds a run has, one at least
+RUN_FILES = {"config.json", "metrics.jsonl", "checkpoints", ".lock"}  # one at least in a run's folder (.lock: starting)
 
 
 def _check_out(out: str | None, resume: str | None) -> None:
