@@ -192,7 +192,8 @@ def paired(rows):
 def _seq_len(result) -> int:
     """The sequence length a run trained at (from its saved config)."""
     cfg = json.loads((result.out / "config.json").read_text())
-    return cfg["run"]["train"]["seq_len"] or cfg["model"]["context_length"]
+    run = cfg["run"]  # the run's record: train.seq_len resolved, never None (issue 54)
+    return run["train"]["seq_len"] or run["model"]["context_length"]
 
 
 def render(args, rows, train_tokens) -> str:

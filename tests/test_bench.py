@@ -178,7 +178,7 @@ def test_stability_sweep_keeps_earlier_arms_and_never_counts_a_run_made_under_ot
 
     config = out / "runs" / "angpt" / "lr0.001" / "config.json"
     stored = json.loads(config.read_text())
-    stored["model"]["alpha_speed"] = 1.0
+    stored["run"]["model"]["alpha_speed"] = 1.0  # the run's record (issue 54)
     config.write_text(json.dumps(stored))
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     for lrs in ("1e-3", "2e-3"):  # the stored rate, and a new one beside it: neither trains
