@@ -262,7 +262,11 @@ class Runner:
             return
         if self.slurm is not None:
             self._run_slurm(todo)
-        elif self.inprocess is not None:
+            return
+        from angpt.study.slurm import OPTIONS_FILE
+
+        (self.report_dir / OPTIONS_FILE).unlink(missing_ok=True)  # the report says how the last runs were trained
+        if self.inprocess is not None:
             self._run_inprocess(todo)
         else:
             self._run_pool(todo)
