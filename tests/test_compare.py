@@ -283,6 +283,8 @@ def test_whole_comparison_writes_every_output(compared):
         "speedup.png",
     ):
         assert (out / name).is_file() and (out / name).stat().st_size > 100, name
+    # the report draws every run's curve; a run of the study draws none of its own (0.3 s a run on a CPU)
+    assert list(out.glob("runs/*/*/*/*/metrics.jsonl")) and not list(out.glob("runs/**/loss_curve.png"))
     data = json.loads((out / "report.json").read_text())
     sweep = {a: data["arms"][a]["sweep"] for a in ("gpt+", "angpt")}
     for arm, sw in sweep.items():

@@ -29,11 +29,9 @@ def grid_5x4(law: Law, noise: float = 0.0, seed: int = 0):
 
 @pytest.fixture
 def no_run_plots(monkeypatch):
-    """Each run's loss curve and each size's compare plots: not what these tests check, and most of their time."""
+    """Each size's compare plots: not what these tests check, and most of their time."""
     from angpt.study.comparison import report
-    from angpt.train import loop
 
-    monkeypatch.setattr(loop, "plot_loss_curve", lambda *a, **k: None)
     monkeypatch.setattr(report, "write_plots", lambda *a, **k: ({}, []))
 
 

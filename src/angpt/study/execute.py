@@ -91,7 +91,6 @@ def execute_run(plan: Plan, report_dir: Path, spec: RunSpec, models: Any = None)
     if done is not None:
         return {**done, "skipped": True}
     cfg = load_run_config(None, plan.run_overrides(arm, spec.budget, spec.seed, spec.lr, out, spec.setting))
-    cfg.train.progress = False  # the comparison has one progress bar over the whole plan
     t0 = time.time()
     record: dict[str, Any] = {
         "arm": spec.arm,

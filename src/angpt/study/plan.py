@@ -193,6 +193,8 @@ class Plan:
             ("train.keep_last", 1),
             ("train.tensorboard", False),
             ("train.wandb", False),
+            ("train.loss_curve", False),  # the report draws every run's curve (0.3 s a run on a CPU: a loan's time)
+            ("train.progress", False),  # the study has one progress bar over the whole plan
         ]
         return ov
 

@@ -71,6 +71,7 @@ class TrainConfig:
     wandb: bool = False  # log to Weights & Biases
     wandb_project: str = "angpt"  # its project
     progress: bool = True  # the progress bar
+    loss_curve: bool = True  # draw OUT/loss_curve.png when the run finishes (a study's report draws its runs' curves)
     # in-loop lm-eval: comma-separated task names, run every `eval_tasks_every` steps (local YAMLs via include)
     eval_tasks: str | None = None  # lm-eval tasks run during training, comma-separated
     eval_tasks_every: int = 0  # every N steps (0: off)

@@ -466,7 +466,7 @@ class Trainer:
                 if self._save_or_stop(row, signals, last):
                     status = "interrupted"
                     break
-        if info.is_main and status == "finished":
+        if info.is_main and status == "finished" and self.train.loss_curve:
             plot_loss_curve(self.out, f"{self.resolved.arch} ({self.resolved.preset})")
         return self._result(status, loss_value, step_times, signals.received)
 

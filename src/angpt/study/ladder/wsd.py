@@ -94,7 +94,6 @@ def _advance(runner: Runner, longest: RunSpec, step: int) -> Path | None:
         None, plan.run_overrides(plan.arm(longest.arm), longest.budget, longest.seed, longest.lr, out)
     )
     cfg.train.stop_at = step
-    cfg.train.progress = False
     print(
         f"wsd: training {longest.name()} to step {step}, where the {format_tokens(longest.budget)}-token run's "
         "shorter budget branches off",
