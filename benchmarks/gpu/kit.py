@@ -170,7 +170,7 @@ def step_env(cfg: dict) -> dict:
             cudnn=torch.backends.cudnn.version(),
             datasheet_bf16_tflops=(peak_for_device_name(props.name) or 0) / 1e12,
         )
-    n = 8192 if dev.type == "cuda" else 512
+    n = 8192 if dev.type == "cuda" else 256  # a CPU without bf16 instructions: 512 took 2.8 s of a rehearsal loan
     # four significant figures: a CPU without bf16 instructions runs bf16 matmuls at well under 0.05 TFLOP/s
     env["bf16_matmul_tflops"] = float(f"{_matmul_tflops(dev, torch.bfloat16, n):.4g}")
     env["fp32_matmul_tflops"] = float(f"{_matmul_tflops(dev, torch.float32, n // 2):.4g}")
