@@ -280,7 +280,8 @@ def test_eval_fails_fast_when_the_hub_does_not_answer(tiny_checkpoint, tmp_path)
     clients' half-minute of retries (measured before: 35 s; after: ~10 s, most of it importing lm-eval). Timed
     against the same command told it is offline, run just before under the same load: the Hub's retries wait on
     the network, which a busy machine does not stretch, while the imports both share take what the CPU gives (one
-    run beside three training processes took 94 s, all but a few of them importing)."""
+    run beside three training processes took 94 s, all but a few of them importing). The task is hellaswag's
+    dataset in a YAML of the test's own: lm-eval's own hellaswag first indexes its ~15k built-in tasks (~8 s)."""
     import os
     import subprocess
     import sys
@@ -293,7 +294,13 @@ def test_eval_fails_fast_when_the_hub_does_not_answer(tiny_checkpoint, tmp_path)
         if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     }
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
-    command = [sys.executable, "-m", "angpt", "eval", str(tiny_checkpoint), "--tasks", "hellaswag"]
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "hub_task.yaml").write_text(
+        "task: hub_task\ndataset_path: Rowan/hellaswag\noutput_type: multiple_choice\nvalidation_split: validation\n"
+        'doc_to_text: "{{ctx}}"\ndoc_to_choice: "{{endings}}"\ndoc_to_target: "{{label}}"\n'
+    )
+    command = [sys.executable, "-m", "angpt", "eval", str(tiny_checkpoint), "--tasks", "hub_task", "--include", tasks]
 
     def timed(environment):
         t0 = time.time()
