@@ -353,8 +353,9 @@ def profile_interval(
     Unlike a percentile bootstrap it needs no resampling of few points, and it says plainly when the data do not
     bound the exponent: an end that reaches the search bound (0 or 3) is reported as open (`lo_open`, `hi_open`).
 
-    The exponent is scanned on a grid of `step` over its bounds, outwards from the free fit's value (the interval is
-    taken to be connected), and each end refined by bisection.
+    The exponent is scanned on a grid of `step`, outwards from the free fit's value until the first grid point outside
+    (the interval is taken to be connected), and each end refined by bisection. Only the points the walk reaches are
+    fitted.
     """
     require_scipy()
     from scipy.stats import f as f_dist
@@ -374,11 +375,11 @@ def profile_interval(
         return cache[v]
 
     grid = [float(v) for v in np.round(np.arange(lo_b, hi_b + step / 2, step), 10)]
-    best = min(_rss(free.law, N, D, L), *(rss(v) for v in grid))  # the least over every fit tried
     dof = N.size - (5 if with_e else 4)
     if dof < 1:
         raise UserError(f"profile_interval: {N.size} runs leave no degree of freedom for the noise")
     limit = float(f_dist.ppf(level, 1, dof))
+    best = _rss(free.law, N, D, L)
 
     def inside(v: float) -> bool:
         return (rss(v) - best) / max(best / dof, 1e-300) <= limit
@@ -397,7 +398,11 @@ def profile_interval(
             last = v
         return (hi_b if direction > 0 else lo_b), True
 
-    (lo, lo_open), (hi, hi_open) = end(-1), end(1)
+    while True:  # RSS_min is the least over every fit tried: walk again should a fit of the walk fall below it
+        (lo, lo_open), (hi, hi_open) = end(-1), end(1)
+        if min(cache.values(), default=best) >= best:
+            break
+        best = min(cache.values())
     return {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "level": level, "centre": centre}
 
 
