@@ -218,6 +218,27 @@ def test_profile_intervals_end_where_the_fit_gets_significantly_worse_and_cover_
     assert flat["lo_open"] and flat["hi_open"]
 
 
+@pytest.mark.slow
+def test_a_profile_fit_below_the_free_fit_becomes_the_interval_reference(monkeypatch):
+    """RSS_min is the least over every fit tried: a free fit that missed the optimum (here: the truth's alpha moved by
+    0.03) is replaced by the profile fit that beats it, and the interval is the one the true optimum gives."""
+    from angpt.study.ladder import fit as fit_module
+
+    N, D, L = grid_5x4(TRUE, noise=0.01, seed=0)
+    honest = fit_module.profile_interval(N, D, L, "alpha")
+    real_fit = fit_module.fit_law
+
+    def missed(*args, fixed=None, **kw):
+        got = real_fit(*args, fixed=fixed, **kw)
+        if fixed is None:  # the free fit, short of its optimum
+            got.law = Law(got.law.E, got.law.A, got.law.alpha + 0.03, got.law.B, got.law.beta)
+        return got
+
+    monkeypatch.setattr(fit_module, "fit_law", missed)
+    iv = fit_module.profile_interval(N, D, L, "alpha")
+    assert iv["lo"] == pytest.approx(honest["lo"], abs=0.01) and iv["hi"] == pytest.approx(honest["hi"], abs=0.01)
+
+
 def test_compute_multiplier_survives_compute_beyond_a_float():
     # Tiny exponents (as a bootstrap refit can have) put C far beyond 1e308; the ratio is still exact: the arm is
     # the baseline with twice the tokens, so it needs half the compute at any loss.
