@@ -109,6 +109,28 @@ def test_the_cpu_peak_outlasts_a_slow_start(monkeypatch):
         hardware._cpu_peak.cache_clear()
 
 
+def test_a_cpu_peak_of_second_long_matmuls_times_one(monkeypatch):
+    """bf16 emulated on a CPU without bf16 instructions: 1.7 s a 1024-size matmul on a 2-core EPYC, where six of
+    them made a paper recipe's dry run 18 s. A matmul over CPU_PEAK_MAX_SECONDS is the figure. Stubbed clock: 2 s
+    each (fp32's matmuls, which take milliseconds: the rule is the same for both dtypes)."""
+    from angpt.train import hardware
+
+    clock, syncs = [0.0], [0]
+
+    def sync(device):
+        syncs[0] += 1
+        if syncs[0] % 2 == 0:
+            clock[0] += 2.0
+
+    monkeypatch.setattr(hardware, "_sync", sync)
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: clock[0])
+    hardware._cpu_peak.cache_clear()
+    try:
+        assert hardware.measured_cpu_peak("fp32") == pytest.approx(2 * 1024**3 / 2.0) and syncs[0] == 2
+    finally:
+        hardware._cpu_peak.cache_clear()
+
+
 def test_a_gpu_peak_times_many_matmuls_per_synchronisation(monkeypatch):
     """On a GPU a synchronisation costs about what a matmul does, so `matmul_peak` times a batch of them between two
     (a single 2048-size matmul per timing read 404 TFLOP/s on an H200 that runs at 781). Stubbed clock: every

@@ -65,6 +65,9 @@ def peak_for_device_name(device_name: str) -> float | None:
 
 
 CPU_PEAK_SECONDS = 0.3  # how long the CPU peak is measured for: ~50 bf16 / ~25 fp32 matmuls on 2 cores
+# ... and where one matmul outlasts this, that one is the figure: bf16 emulated on a CPU without bf16 instructions
+# takes 1.7 s a matmul on a 2-core EPYC (AVX2), and the six of the rule above made a paper recipe's dry run 18 s
+CPU_PEAK_MAX_SECONDS = 1.0
 
 
 def measured_cpu_peak(dtype: str = "fp32") -> float:
@@ -72,13 +75,16 @@ def measured_cpu_peak(dtype: str = "fp32") -> float:
     count: the best over at least 0.3 s of them, measured once per process and thread count. A measured peak rather
     than a datasheet one: CPUs differ by vector units, threads and load. Not the best of a handful: on a 2-core VM
     the first dozen matmuls of a process can run at half speed (the second core busy elsewhere for a moment), which
-    read 197 GFLOP/s where 380 was there, and the progress bar showed 85-100% MFU (benchmarks/RESULTS.md)."""
+    read 197 GFLOP/s where 380 was there, and the progress bar showed 85-100% MFU (benchmarks/RESULTS.md). A matmul
+    slower than CPU_PEAK_MAX_SECONDS is timed once: a moment's hiccup does not halve a second-long matmul."""
     return _cpu_peak(dtype, torch.get_num_threads())
 
 
 @functools.lru_cache(maxsize=8)
 def _cpu_peak(dtype: str, threads: int) -> float:
-    return matmul_peak(dtype, torch.device("cpu"), n=1024, reps=5, min_time=CPU_PEAK_SECONDS)
+    return matmul_peak(
+        dtype, torch.device("cpu"), n=1024, reps=5, min_time=CPU_PEAK_SECONDS, max_time=CPU_PEAK_MAX_SECONDS
+    )
 
 
 # bf16 autocast is worth its rounding on a CPU only where bf16 matmuls are clearly faster than fp32 ones: 2x on
@@ -256,26 +262,33 @@ def matmul_peak(
     reps: int = 5,
     min_time: float = 0.0,
     batch: int | None = None,
+    max_time: float = math.inf,
 ) -> float:
     """FLOP/s of a square n x n matmul in `dtype` on `device`: the best of at least `reps` timings after a warm-up,
-    and more until `min_time` seconds have passed (at most 500). Each timing covers `batch` matmuls between two
-    synchronisations: one on a CPU (n = 2048), ten on a GPU (n = 8192). A GPU finishes a 2048-size bf16 matmul in
-    ~20 us, about what a synchronisation costs, so timing it alone halves the figure (the H200 loan of 2026-11-27
-    read 404 TFLOP/s this way where its 8192-size matmuls ran at 781)."""
+    and more until `min_time` seconds have passed (at most 500). A timing that outlasts `max_time` ends it, and the
+    timings so far are the figure (the warm-up's too: its start-up costs milliseconds, not seconds).
+
+    Each timing covers `batch` matmuls between two synchronisations: one on a CPU (n = 2048), ten on a GPU
+    (n = 8192). A GPU finishes a 2048-size bf16 matmul in ~20 us, about what a synchronisation costs, so timing it
+    alone halves the figure (the H200 loan of 2026-11-27 read 404 TFLOP/s this way where its 8192-size matmuls ran
+    at 781)."""
     n_default, batch_default = peak_shape(device)
     n, batch = n or n_default, batch or batch_default
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    best, start, i = float("inf"), time.perf_counter(), 0
+    best, start, i = math.inf, time.perf_counter(), 0
     while i <= reps or (time.perf_counter() - start < min_time and i <= 500):
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(batch):
             a @ b
         _sync(device)
-        if i:
-            best = min(best, (time.perf_counter() - t0) / batch)
+        took = time.perf_counter() - t0
+        if i or took >= max_time:
+            best = min(best, took / batch)
         i += 1
+        if took >= max_time:
+            break
     return 2 * n**3 / best
 
 
