@@ -90,7 +90,8 @@ def test_matmul_peak_is_a_rate():
 def test_the_cpu_peak_outlasts_a_slow_start(monkeypatch):
     """A 2-core VM can run a process's first dozen matmuls at half speed; the measured CPU peak keeps timing for
     CPU_PEAK_SECONDS, so it reads the full speed that follows (the best of six matmuls read half of it: 197 GFLOP/s
-    for 380). Stubbed clock: the first 12 matmuls take 2 ms, the rest 1 ms."""
+    for 380). Stubbed clock: the first 12 matmuls take 2 ms, the rest 1 ms; CPU_PEAK_SECONDS is 50 ms here, not
+    300: the matmuls themselves are real, ~15 ms each."""
     from angpt.train import hardware
 
     clock, syncs = [0.0], [0]
@@ -102,6 +103,7 @@ def test_the_cpu_peak_outlasts_a_slow_start(monkeypatch):
 
     monkeypatch.setattr(hardware, "_sync", sync)
     monkeypatch.setattr(hardware.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(hardware, "CPU_PEAK_SECONDS", 0.05)
     hardware._cpu_peak.cache_clear()
     try:
         assert hardware.measured_cpu_peak("fp32") == pytest.approx(2 * 1024**3 / 0.001)
