@@ -310,15 +310,15 @@ def test_costs_take_what_the_store_and_the_loans_measured_first():
 @pytest.fixture(scope="module")
 def cycle(tmp_path_factory):
     """Three loans of `loan-smoke` on the CPU, each taken into the store as a session takes a GPU's: a short first
-    loan (30 s: the tuning and what fits after it; at 40 s a quiet 2-core machine ran all 26 runs in it, which left the
-    second loan nothing to be killed in), a loan killed by its command's limit once two runs ended, and a
-    loan long enough to finish the race."""
+    loan (its first piece, the tuning and seeds 0-1, as far as 30 s allow: a deadline alone let a quiet 2-core
+    machine run all 26 runs in it, which left the second loan nothing to be killed in), a loan killed by its
+    command's limit once two runs ended, and a loan long enough to finish the race."""
     base = tmp_path_factory.mktemp("race")
     store, root = base / "store", base / "loans"
     text = corpus.rehearsal_corpus(base / "text")
     common = ["--loan", "--smoke", "--store", str(store), "--race-root", str(root), "--corpus-root", str(text)]
     returns = []
-    for i, extra in enumerate((["--deadline", "30"], ["--kill-after-runs", "2"], ["--deadline", "600"]), 1):
+    for i, extra in enumerate((["--deadline", "30", "--pieces", "1"], ["--kill-after-runs", "2"], ["--deadline", "600"]), 1):
         out = base / f"out{i}"
         res = kit(str(out), *common, "--work", str(base / f"w{i}"), *extra)
         returns.append(res.returncode)
@@ -326,9 +326,22 @@ def cycle(tmp_path_factory):
         d = json.loads((out / "results.json").read_text())
         d["started"] = f"2026-01-0{i} 00:00:00"  # three loans of one day: one folder each
         (out / "results.json").write_text(json.dumps(d))
-        took = kit("--loan", "--smoke", "--take", str(out), "--store", str(store), "--race-root", str(root))
-        assert took.returncode == 0, took.stdout[-2000:] + took.stderr[-2000:]
+        took = take(out, store, root)
+        assert took[0] == 0, took[1][-3000:]
     return store, root, returns, base
+
+
+def take(out: Path, store: Path, root: Path) -> tuple[int, str]:
+    """`kit.py --loan --smoke --take OUT` in this process (a subprocess spent ~3 s of each take importing torch)."""
+    import contextlib
+    import io
+
+    import kit as kit_module
+
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        rc = kit_module.main(["--loan", "--smoke", "--take", str(out), "--store", str(store), "--race-root", str(root)])
+    return rc, said.getvalue()
 
 
 def test_the_first_loan_tunes_both_arms_centres_first(cycle):

@@ -16,7 +16,7 @@ rm -rf "$work"; mkdir -p "$work"
 "$py" "$here/corpus.py" --rehearsal "$work/text" > /dev/null
 common=(--loan --smoke --settings "$settings" --store "$work/store" --race-root "$work/loans")
 i=0
-for extra in "--deadline 30" "--kill-after-runs 2" "--deadline 600"; do
+for extra in "--deadline 30 --pieces 1" "--kill-after-runs 2" "--deadline 600"; do
   i=$((i + 1))
   set +e
   # shellcheck disable=SC2086
