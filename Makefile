@@ -44,8 +44,8 @@ train-demo: $(STAMP)
 	$(BIN)/angpt prepare --source stdlib --tokenizer bpe:4096 --val-fraction 0.02 --out $(DATA) --quiet
 	$(BIN)/angpt train --config configs/demo-angpt.yaml --data $(DATA) --out runs/train-demo --resume auto
 
-# `make test`: ruff and every test but the slow end-to-end ones and the Slurm ones (11 min 58 s on 2 quiet cores with
-# the venv made: 1,179 tests, cpu2f, 2026-11-29); `make test-slow` runs the slow ones (~10 min; CI runs both: .ci/run).
+# `make test`: ruff and every test but the slow end-to-end ones and the Slurm ones (pytest 10 min 22 s on 2 quiet cores
+# with the venv made: 1,174 tests, cpu2f, 2026-11-29); `make test-slow` runs the slow ones (~10 min; CI runs both).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks

@@ -318,7 +318,8 @@ def cycle(tmp_path_factory):
     text = corpus.rehearsal_corpus(base / "text")
     common = ["--loan", "--smoke", "--store", str(store), "--race-root", str(root), "--corpus-root", str(text)]
     returns = []
-    for i, extra in enumerate((["--deadline", "30", "--pieces", "1"], ["--kill-after-runs", "2"], ["--deadline", "600"]), 1):
+    extras = (["--deadline", "30", "--pieces", "1"], ["--kill-after-runs", "2"], ["--deadline", "600"])
+    for i, extra in enumerate(extras, 1):
         out = base / f"out{i}"
         res = kit(str(out), *common, "--work", str(base / f"w{i}"), *extra)
         returns.append(res.returncode)
