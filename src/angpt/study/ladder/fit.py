@@ -400,9 +400,10 @@ def profile_interval(
 
     while True:  # RSS_min is the least over every fit tried: walk again should a fit of the walk fall below it
         (lo, lo_open), (hi, hi_open) = end(-1), end(1)
-        if min(cache.values(), default=best) >= best:
+        least = min(cache.values(), default=best)
+        if least >= best:
             break
-        best = min(cache.values())
+        best = least
     return {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "level": level, "centre": centre}
 
 
